@@ -1,0 +1,162 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors that callers branch on with [errors.Is].
+var (
+	// ErrResourceLocked reports that a quorum could not be reached because
+	// enough nodes were held by another lock: the resources are contended.
+	// A quorum lost to node failures (timeouts, refused connections, Redis
+	// errors) does not match it.
+	ErrResourceLocked = errors.New("redlock: resource locked")
+
+	// ErrLockExpired reports that a lock cannot be extended or released
+	// because its validity has passed, a quorum of nodes no longer holds its
+	// value, or the Lock was already released or extended (a spent handle).
+	ErrLockExpired = errors.New("redlock: lock expired")
+
+	// ErrInvalidArgument is matched by every error that rejects bad input
+	// before anything is sent to Redis: no clients, a nil client, a bad ttl,
+	// empty or duplicate resources, an out-of-range option, a nil Lock.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+
+	// ErrExtensionFailed is the cause with which [Redlock.Using] cancels the
+	// routine's context when the lock could not be extended, and is matched
+	// by the error Using returns in that case.
+	ErrExtensionFailed = errors.New("redlock: extension failed")
+)
+
+// invalid returns an error matching ErrInvalidArgument whose text names what
+// was wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// Op names one of the three operations the engine runs on every node.
+type Op string
+
+// The operations, as they appear in [NodeError] and [ExecutionError].
+const (
+	OpAcquire Op = "acquire"
+	OpExtend  Op = "extend"
+	OpRelease Op = "release"
+)
+
+// ResourceLockedError is a node's vote against when its script ran but did
+// not apply to every requested resource: for acquire, another lock holds one
+// of them; for extend and release, this lock's value is no longer there.
+// It is the Go form of node-redlock's ResourceLockedError.
+//
+// For OpAcquire it matches [ErrResourceLocked]; for OpExtend and OpRelease it
+// matches [ErrLockExpired].
+type ResourceLockedError struct {
+	Op        Op
+	Applied   int64 // how many resources the script applied to on that node
+	Requested int   // how many resources were requested
+}
+
+// Error implements the error interface.
+func (e *ResourceLockedError) Error() string {
+	return fmt.Sprintf("redlock: the operation was applied to: %d of the %d requested resources", e.Applied, e.Requested)
+}
+
+// Unwrap returns the sentinel that this vote stands for.
+func (e *ResourceLockedError) Unwrap() error {
+	if e.Op == OpAcquire {
+		return ErrResourceLocked
+	}
+	return ErrLockExpired
+}
+
+// NodeError is one node's vote against in one attempt: the node's index in
+// the clients given to [New], the operation, and what went wrong there (a
+// *ResourceLockedError, a Redis or network error, or a [*NodeTimeoutError]).
+// It is what the handler given to [WithErrorHandler] receives.
+type NodeError struct {
+	Node int
+	Op   Op
+	Err  error
+}
+
+// Error implements the error interface.
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("redlock: %s on node %d: %v", e.Op, e.Node, e.Err)
+}
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// NodeTimeoutError is the vote recorded for a node that did not answer within
+// the per-node timeout ([WithNodeTimeout]), or that was skipped because too
+// many earlier calls to it are still unanswered.
+type NodeTimeoutError struct {
+	// Outstanding is set when the node was not called at all because this
+	// many calls to it have passed their timeout and not yet returned.
+	Outstanding int
+}
+
+// Error implements the error interface.
+func (e *NodeTimeoutError) Error() string {
+	if e.Outstanding > 0 {
+		return fmt.Sprintf("redlock: node skipped: %d earlier calls are still unanswered after their timeout", e.Outstanding)
+	}
+	return "redlock: node did not answer within the per-node timeout"
+}
+
+// ExecutionError is returned by Acquire, Extend and Release when the
+// operation did not reach a quorum. Attempts holds the statistics of each
+// attempt (only the last one when retries are unlimited).
+//
+// It matches [ErrResourceLocked] when the last attempt was lost to other
+// holders, [ErrLockExpired] when the lock is no longer held, and the
+// context's error when the call was cut short by ctx. A quorum lost to node
+// failures matches neither sentinel; the node errors are in Attempts.
+type ExecutionError struct {
+	Op        Op
+	Resources []string
+	Attempts  []ExecutionStats
+
+	reason   string // what happened, in words
+	sentinel error  // ErrResourceLocked, ErrLockExpired or nil
+	ctxErr   error  // ctx.Err() when ctx ended the call
+}
+
+// Error implements the error interface.
+func (e *ExecutionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock: %s %q: %s", e.Op, e.Resources, e.reason)
+	if e.ctxErr != nil {
+		fmt.Fprintf(&b, ": %v", e.ctxErr)
+	}
+	if n := len(e.Attempts); n > 0 {
+		last := e.Attempts[n-1]
+		fmt.Fprintf(&b, " (last attempt: %d for, %d against of %d nodes, quorum %d",
+			len(last.VotesFor), len(last.VotesAgainst), last.MembershipSize, last.QuorumSize)
+		if last.Late {
+			b.WriteString(", validity passed before the quorum")
+		}
+		if len(last.VotesAgainst) > 0 {
+			fmt.Fprintf(&b, "; node %d: %v", last.VotesAgainst[0].Node, last.VotesAgainst[0].Err)
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel and the context error this error matches.
+// Per-node errors are not unwrapped (so that a node's own timeout never
+// passes for the caller's); they are in Attempts.
+func (e *ExecutionError) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.sentinel != nil {
+		errs = append(errs, e.sentinel)
+	}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
+	return errs
+}

@@ -1,0 +1,213 @@
+// Package redistest starts real redis-server processes on loopback for the
+// tests of this module, and lets them be paused, killed and restarted.
+//
+// Every test that needs Redis goes through it. When redis-server is not
+// installed the tests skip, unless the CI environment variable is set, in
+// which case they fail: CI must never pass by skipping the real-node tests.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Binary is the redis-server executable the nodes run.
+var Binary = "redis-server"
+
+// Require skips t when redis-server is missing, or fails it when CI is set.
+func Require(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath(Binary); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server not found (%v) and CI is set: real-node tests must run", err)
+		}
+		t.Skipf("redis-server not found: %v", err)
+	}
+}
+
+// Node is one redis-server process on 127.0.0.1. Its methods are safe for
+// concurrent use.
+type Node struct {
+	tb   testing.TB
+	dir  string
+	port int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan error // receives cmd.Wait's result once the process is gone
+	paused bool
+}
+
+// Start starts n independent redis-server nodes, with no persistence, each in
+// its own temporary directory, and stops them when the test ends.
+func Start(tb testing.TB, n int) []*Node {
+	tb.Helper()
+	Require(tb)
+	nodes := make([]*Node, n)
+	for i := range nodes {
+		nodes[i] = StartNode(tb)
+	}
+	return nodes
+}
+
+// StartNode starts one node (see Start).
+func StartNode(tb testing.TB) *Node {
+	tb.Helper()
+	Require(tb)
+	nd := &Node{tb: tb, dir: tb.TempDir()}
+	var err error
+	// A free port can be taken by someone else between our probe and the
+	// server's bind; try a few.
+	for range 5 {
+		if nd.port, err = freePort(); err != nil {
+			continue
+		}
+		if err = nd.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("redistest: starting redis-server: %v", err)
+	}
+	tb.Cleanup(nd.stop)
+	return nd
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs redis-server on nd.port and waits until it answers PING.
+func (nd *Node) start() error {
+	logf, err := os.Create(filepath.Join(nd.dir, "redis-"+strconv.Itoa(nd.port)+".log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(Binary,
+		"--port", strconv.Itoa(nd.port),
+		"--bind", "127.0.0.1",
+		"--dir", nd.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	c := redis.NewClient(&redis.Options{Addr: nd.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case werr := <-exited:
+			out, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("redis-server on port %d exited: %v: %s", nd.port, werr, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on port %d did not answer PING: %v", nd.port, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	nd.mu.Lock()
+	nd.cmd, nd.exited = cmd, exited
+	nd.mu.Unlock()
+	return nil
+}
+
+// Addr returns the node's host:port.
+func (nd *Node) Addr() string { return "127.0.0.1:" + strconv.Itoa(nd.port) }
+
+// Client returns a new go-redis client for the node, closed when the test
+// ends. opts, if given, is used with its Addr replaced.
+func (nd *Node) Client(opts ...*redis.Options) *redis.Client {
+	o := &redis.Options{}
+	if len(opts) > 0 && opts[0] != nil {
+		cp := *opts[0]
+		o = &cp
+	}
+	o.Addr = nd.Addr()
+	c := redis.NewClient(o)
+	nd.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Pause stops the process with SIGSTOP: the node accepts connections (the
+// kernel does) but never answers, as a hung node does.
+func (nd *Node) Pause() { nd.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused node.
+func (nd *Node) Resume() { nd.signal(syscall.SIGCONT, false) }
+
+func (nd *Node) signal(sig syscall.Signal, paused bool) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		nd.tb.Fatalf("redistest: node %s is not running", nd.Addr())
+	}
+	if err := nd.cmd.Process.Signal(sig); err != nil {
+		nd.tb.Fatalf("redistest: signal %v to %s: %v", sig, nd.Addr(), err)
+	}
+	nd.paused = paused
+}
+
+// Kill ends the process at once (SIGKILL); its data is lost.
+func (nd *Node) Kill() {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.killLocked()
+}
+
+func (nd *Node) killLocked() {
+	if nd.cmd == nil {
+		return
+	}
+	_ = nd.cmd.Process.Kill() // SIGKILL ends a stopped process too
+	<-nd.exited               // reaped: the port is free for Restart
+	nd.cmd, nd.exited, nd.paused = nil, nil, false
+}
+
+// Restart kills the node if it runs and starts a new, empty one on the same
+// port: a restart with its data lost.
+func (nd *Node) Restart() {
+	nd.Kill()
+	if err := nd.start(); err != nil {
+		nd.tb.Fatalf("redistest: restart %s: %v", nd.Addr(), err)
+	}
+}
+
+func (nd *Node) stop() {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.killLocked()
+}

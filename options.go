@@ -1,0 +1,133 @@
+package redlock
+
+import (
+	"time"
+)
+
+// An Option changes a setting. Options given to [New] become the defaults of
+// that Redlock; options given to a call (Acquire, Extend, Release, Using)
+// override them for that call only. A Lock remembers the options it was
+// acquired with, and Extend and Release on it start from those.
+//
+// Option values are immutable and may be shared between goroutines. A nil
+// Option is ignored.
+type Option func(*config)
+
+// config holds every setting. It is copied, never shared for writing: the
+// per-call state (attempt counters, jitter) lives in the call.
+type config struct {
+	driftFactor        float64
+	retryCount         int
+	retryDelay         time.Duration
+	retryJitter        time.Duration
+	extensionThreshold time.Duration
+	nodeTimeout        time.Duration
+	onError            func(error)
+}
+
+// defaultConfig holds every default, node-redlock's where it has one.
+func defaultConfig() config {
+	return config{
+		driftFactor:        0.01,
+		retryCount:         10,
+		retryDelay:         200 * time.Millisecond,
+		retryJitter:        100 * time.Millisecond,
+		extensionThreshold: 500 * time.Millisecond,
+		nodeTimeout:        100 * time.Millisecond,
+	}
+}
+
+// validate reports the first setting that is out of range.
+func (c *config) validate() error {
+	switch {
+	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also catches NaN
+		return invalid("drift factor %v is outside [0, 1)", c.driftFactor)
+	case c.retryCount < -1:
+		return invalid("retry count %d is below -1 (-1 means until ctx ends)", c.retryCount)
+	case c.retryDelay < 0:
+		return invalid("retry delay %v is negative", c.retryDelay)
+	case c.retryJitter < 0:
+		return invalid("retry jitter %v is negative", c.retryJitter)
+	case c.extensionThreshold < 0:
+		return invalid("automatic extension threshold %v is negative", c.extensionThreshold)
+	case c.nodeTimeout <= 0:
+		return invalid("node timeout %v is not positive", c.nodeTimeout)
+	}
+	return nil
+}
+
+// with returns a copy of c with opts applied and validated. Without options
+// it returns c itself, so the common call allocates nothing here.
+func (c *config) with(opts []Option) (*config, error) {
+	if len(opts) == 0 {
+		return c, nil
+	}
+	cc := *c
+	for _, o := range opts {
+		if o != nil {
+			o(&cc)
+		}
+	}
+	if err := cc.validate(); err != nil {
+		return nil, err
+	}
+	return &cc, nil
+}
+
+// WithDriftFactor sets the fraction of the ttl that is taken off a lock's
+// validity for clock drift between nodes; 2 ms are taken off as well. It must
+// be in [0, 1). Default: 0.01.
+func WithDriftFactor(f float64) Option {
+	return func(c *config) { c.driftFactor = f }
+}
+
+// WithRetryCount sets how many times a failed attempt is retried: 0 means a
+// single attempt, -1 means retry until ctx ends. Default: 10.
+func WithRetryCount(n int) Option {
+	return func(c *config) { c.retryCount = n }
+}
+
+// WithRetryDelay sets the base delay between two attempts. Default: 200ms.
+func WithRetryDelay(d time.Duration) Option {
+	return func(c *config) { c.retryDelay = d }
+}
+
+// WithRetryJitter sets the jitter added to each retry delay: a uniformly
+// random amount in [-j, +j), so that contending callers spread out. The delay
+// never goes below zero. Default: 100ms.
+func WithRetryJitter(j time.Duration) Option {
+	return func(c *config) { c.retryJitter = j }
+}
+
+// WithAutomaticExtensionThreshold sets how long before a lock's expiration
+// [Redlock.Using] extends it. Using requires ttl >= threshold + 100ms.
+// Default: 500ms.
+func WithAutomaticExtensionThreshold(d time.Duration) Option {
+	return func(c *config) { c.extensionThreshold = d }
+}
+
+// WithNodeTimeout sets how long one attempt waits for a node's answer to a
+// script call. A node that has not answered by then votes against, and the
+// attempt is decided without it. The timeout is enforced by redlock itself,
+// so it holds even when the go-redis client has no timeout of its own (or
+// ignores context deadlines, as go-redis does unless ContextTimeoutEnabled is
+// set). For acquire and extend it is further capped at the lock's validity,
+// since a later answer could not be used. Default: 100ms.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) { c.nodeTimeout = d }
+}
+
+// WithErrorHandler sets a function that receives every vote against, as a
+// [*NodeError], the way node-redlock emits its "error" event: contention,
+// network and Redis errors, and per-node timeouts, including those of the
+// cleanup after a failed acquire and those that arrive after the call that
+// caused them has returned. It is called from redlock's goroutines, possibly
+// concurrently, and must not block for long. A nil handler turns it off.
+// Default: none.
+//
+// For example, to log with log/slog:
+//
+//	redlock.WithErrorHandler(func(err error) { slog.Warn("redlock vote", "err", err) })
+func WithErrorHandler(fn func(err error)) Option {
+	return func(c *config) { c.onError = fn }
+}

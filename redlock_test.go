@@ -1,0 +1,683 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// A long ttl, so that the PTTL checks are not racing expiry.
+const long = time.Hour
+
+// assertHeld checks that every listed node holds value under every key, with
+// a ttl close to ttl. A call returns once a quorum has answered, so the other
+// nodes are given a moment to catch up.
+func assertHeld(t *testing.T, c *cluster, nodes []int, keys []string, value string, ttl time.Duration) {
+	t.Helper()
+	for _, i := range nodes {
+		for _, k := range keys {
+			var v string
+			var p time.Duration
+			ok := assert.Eventually(t, func() bool {
+				v, p = c.get(t, i, k), c.pttl(t, i, k)
+				return v == value && p > ttl-5*time.Second && p <= ttl
+			}, 2*time.Second, time.Millisecond)
+			if !ok {
+				t.Errorf("node %d: GET %s = %q, PTTL %v; want %q and about %v", i, k, v, p, value, ttl)
+			}
+		}
+	}
+}
+
+func allNodes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// node-redlock §9 cases 2, 3 and 10, on 1, 2, 3 and 5 nodes.
+func TestAcquireExtendRelease(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, keys := range [][]string{{"{redlock}a"}, {"{redlock}a1", "{redlock}a2"}} {
+			t.Run(fmt.Sprintf("nodes=%d/keys=%d", n, len(keys)), func(t *testing.T) {
+				c := newCluster(t, n)
+				ctx := context.Background()
+				lock, err := c.rl.Acquire(ctx, keys, long)
+				require.NoError(t, err, "Acquire(%q)", keys)
+				assert.Len(t, lock.Value(), 32)
+				assert.Equal(t, keys, lock.Resources())
+				assert.True(t, lock.Valid())
+				left := time.Until(lock.Expiration())
+				assert.True(t, left > long-time.Minute && left < long, "Expiration in %v, want just under %v", left, long)
+				require.Len(t, lock.Attempts(), 1)
+				st := lock.Attempts()[0]
+				assert.Equal(t, n, st.MembershipSize)
+				assert.Equal(t, n/2+1, st.QuorumSize)
+				assert.GreaterOrEqual(t, len(st.VotesFor), n/2+1)
+				assertHeld(t, c, allNodes(n), keys, lock.Value(), long)
+
+				ext, err := lock.Extend(ctx, 3*long)
+				require.NoError(t, err, "Extend")
+				assert.Equal(t, lock.Value(), ext.Value())
+				assert.NotSame(t, lock, ext)
+				assert.True(t, lock.Expiration().IsZero(), "old lock's Expiration = %v, want zero (spent)", lock.Expiration())
+				assert.False(t, lock.Valid())
+				assertHeld(t, c, allNodes(n), keys, lock.Value(), 3*long)
+
+				// The spent handle must not release the new lock's keys.
+				_, err = lock.Release(ctx)
+				assert.ErrorIs(t, err, redlock.ErrLockExpired, "Release(spent lock)")
+				assertHeld(t, c, allNodes(n), keys, lock.Value(), 3*long)
+
+				res, err := ext.Release(ctx)
+				require.NoError(t, err, "Release")
+				assert.NotEmpty(t, res.Attempts)
+				for i := range n {
+					for _, k := range keys {
+						c.gone(t, i, k)
+					}
+				}
+				_, err = ext.Release(ctx)
+				assert.ErrorIs(t, err, redlock.ErrLockExpired, "second Release")
+			})
+		}
+	}
+}
+
+// node-redlock §9 case 4: every node unreachable. The error matches neither
+// sentinel, and every attempt is recorded.
+func TestUnreachableNodes(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	for _, nd := range nodes {
+		nd.Kill()
+	}
+	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, fast...)
+	_, err := c.rl.Acquire(context.Background(), []string{"{redlock}a"}, time.Second)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee, "Acquire on dead nodes")
+	assert.Len(t, ee.Attempts, 11)
+	for _, a := range ee.Attempts {
+		assert.Empty(t, a.VotesFor)
+		assert.Len(t, a.VotesAgainst, 2, "an attempt is decided once a quorum is out of reach")
+		for _, v := range a.VotesAgainst {
+			var rle *redlock.ResourceLockedError
+			assert.False(t, errors.As(v, &rle), "vote %v is not contention", v)
+		}
+	}
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.NotErrorIs(t, err, redlock.ErrLockExpired)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// node-redlock §9 case 5.
+func TestLocksExpire(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	first, err := c.rl.Acquire(ctx, []string{"{redlock}e"}, 200*time.Millisecond)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	assert.False(t, first.Valid())
+	second, err := c.rl.Acquire(ctx, []string{"{redlock}e"}, 200*time.Millisecond, redlock.WithRetryCount(0))
+	require.NoError(t, err, "Acquire after the first lock expired")
+	assert.NotEqual(t, first.Value(), second.Value())
+	_, err = second.Release(ctx)
+	require.NoError(t, err)
+	c.gone(t, 0, "{redlock}e")
+}
+
+// node-redlock §9 case 6, plus the sentinel it lacked.
+func TestLocksAreExclusive(t *testing.T) {
+	c := newCluster(t, 3, fast...)
+	ctx := context.Background()
+	held, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
+	require.NoError(t, err)
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "second Acquire")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	assert.Len(t, ee.Attempts, 11)
+	for _, a := range ee.Attempts {
+		for _, v := range a.VotesAgainst {
+			var rle *redlock.ResourceLockedError
+			assert.ErrorAs(t, v, &rle, "vote against")
+		}
+	}
+	// A call returns at quorum, so the first lock's write to the third node
+	// may land after the second Acquire's attempt there: a quorum is what
+	// must hold it, and no node may hold the loser's value.
+	holding := 0
+	for i := range 3 {
+		switch v := c.get(t, i, "{redlock}x"); v {
+		case held.Value():
+			holding++
+		case "":
+		default:
+			t.Errorf("node %d holds %q, neither the lock's value nor empty", i, v)
+		}
+	}
+	assert.GreaterOrEqual(t, holding, 2, "nodes holding the first lock")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	c.gone(t, 1, "{redlock}x")
+}
+
+// node-redlock §9 case 7: all-or-nothing.
+func TestOverlappingMultiLocks(t *testing.T) {
+	c := newCluster(t, 3, fast...)
+	ctx := context.Background()
+	held, err := c.rl.Acquire(ctx, []string{"{redlock}c1", "{redlock}c2"}, long)
+	require.NoError(t, err)
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}c2", "{redlock}c3"}, long)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	for i := range 3 {
+		assert.Equal(t, held.Value(), c.get(t, i, "{redlock}c1"))
+		assert.Equal(t, held.Value(), c.get(t, i, "{redlock}c2"))
+		assert.Equal(t, "", c.get(t, i, "{redlock}c3"), "node %d: c3 must stay unset", i)
+	}
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	for i := range 3 {
+		for _, k := range []string{"{redlock}c1", "{redlock}c2", "{redlock}c3"} {
+			c.gone(t, i, k)
+		}
+	}
+}
+
+// node-redlock §9 case 11: a minority held by someone else.
+func TestMinorityFails(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	c.set(t, 2, "{redlock}b", "other", 0)
+	lock, err := c.rl.Acquire(ctx, []string{"{redlock}b"}, long)
+	require.NoError(t, err)
+	assertHeld(t, c, []int{0, 1}, []string{"{redlock}b"}, lock.Value(), long)
+	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
+	assert.Equal(t, time.Duration(-1), c.pttl(t, 2, "{redlock}b"))
+
+	lock, err = lock.Extend(ctx, 3*long)
+	require.NoError(t, err)
+	assertHeld(t, c, []int{0, 1}, []string{"{redlock}b"}, lock.Value(), 3*long)
+	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
+
+	_, err = lock.Release(ctx)
+	require.NoError(t, err)
+	c.gone(t, 0, "{redlock}b")
+	c.gone(t, 1, "{redlock}b")
+	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
+}
+
+// node-redlock §9 case 12: a majority held by others; the cleanup removes
+// what the attempts wrote on the free node.
+func TestMajorityFails(t *testing.T) {
+	var mu sync.Mutex
+	var reported []error
+	c := newCluster(t, 3, append(fast, redlock.WithErrorHandler(func(err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}))...)
+	c.set(t, 1, "{redlock}c", "other1", 0)
+	c.set(t, 2, "{redlock}c", "other2", 0)
+	_, err := c.rl.Acquire(context.Background(), []string{"{redlock}c"}, long)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	assert.Len(t, ee.Attempts, 11)
+	for _, a := range ee.Attempts {
+		require.NotEmpty(t, a.VotesAgainst)
+		for _, v := range a.VotesAgainst {
+			assert.Equal(t, "redlock: the operation was applied to: 0 of the 1 requested resources", errors.Unwrap(v).Error())
+		}
+	}
+	assert.Equal(t, "", c.get(t, 0, "{redlock}c"), "node 0 must be cleaned up")
+	assert.Equal(t, "other1", c.get(t, 1, "{redlock}c"))
+	assert.Equal(t, "other2", c.get(t, 2, "{redlock}c"))
+
+	// Every vote against reached the handler, each as a *NodeError. Late
+	// votes of the cleanup may still be on their way.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) >= 22
+	}, 5*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range reported {
+		var ne *redlock.NodeError
+		assert.ErrorAs(t, e, &ne)
+	}
+}
+
+// node-redlock's unmerged case 13: a waiter gets the lock once it is freed.
+func TestWaiterAcquiresAfterRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long)
+	require.NoError(t, err)
+	got := make(chan *redlock.Lock, 1)
+	fail := make(chan error, 1)
+	go func() {
+		l, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long, redlock.WithRetryDelay(20*time.Millisecond), redlock.WithRetryCount(-1))
+		if err != nil {
+			fail <- err
+			return
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond)
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	select {
+	case l := <-got:
+		assert.NotEqual(t, held.Value(), l.Value())
+		assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), long)
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	case err := <-fail:
+		t.Fatalf("waiting Acquire = %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiting Acquire did not get the lock after it was released")
+	}
+}
+
+// Fixed: with an even n a 1:1 split is decided at once (node-redlock hangs
+// for ever here).
+func TestEvenSplitDoesNotHang(t *testing.T) {
+	c := newCluster(t, 2)
+	c.set(t, 1, "{redlock}s", "other", 0)
+	ctx := within(t, 10*time.Second)
+	_, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire on a 1:1 split")
+	require.NoError(t, ctx.Err(), "Acquire returned only when the test's bound ended it")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 1)
+	assert.Equal(t, 2, ee.Attempts[0].QuorumSize)
+	assert.Equal(t, "", c.get(t, 0, "{redlock}s"), "the node the attempt won is cleaned up")
+}
+
+// Fixed: a node that holds this lock's own value counts for it, so that a
+// retry is not refused by the node the previous attempt won (node-redlock
+// §4.6: it fails here although it could hold 2 of 3 nodes).
+func TestRetryNotBlockedByOwnValue(t *testing.T) {
+	c := newCluster(t, 3)
+	c.set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
+	c.set(t, 2, "{redlock}o", "other", 0)                    // never frees up
+	lock, err := c.rl.Acquire(within(t, 10*time.Second), []string{"{redlock}o"}, long,
+		redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
+	require.NoError(t, err, "Acquire while node 1 holds our own value from attempt 1")
+	require.Greater(t, len(lock.Attempts()), 1)
+	last := lock.Attempts()[len(lock.Attempts())-1]
+	assert.ElementsMatch(t, []int{0, 1}, last.VotesFor)
+	assertHeld(t, c, []int{0, 1}, []string{"{redlock}o"}, lock.Value(), long)
+	_, err = lock.Release(context.Background())
+	require.NoError(t, err)
+}
+
+// Fixed: extend and release of a lock whose validity has passed end at once
+// with ErrLockExpired, even with unlimited retries (node-redlock retries for
+// 2 s, or for ever with -1).
+func TestExpiredLockEndsAtOnce(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := within(t, 10*time.Second)
+	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, 50*time.Millisecond)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+
+	_, err = lock.Extend(ctx, long, redlock.WithRetryCount(-1))
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "Extend(expired)")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	assert.Empty(t, ee.Attempts, "an expired lock is not extended: nothing is sent")
+
+	_, err = lock.Release(ctx, redlock.WithRetryCount(-1))
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "Release(expired)")
+	require.NoError(t, ctx.Err())
+}
+
+// Fixed: a lock whose keys were taken over is known lost at the first
+// attempt: release and extend do not retry.
+func TestStolenLockEndsAtOnce(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := within(t, 10*time.Second)
+	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
+	require.NoError(t, err)
+	for i := range 3 {
+		c.set(t, i, "{redlock}x", "thief", 0)
+	}
+	_, err = lock.Extend(ctx, long, redlock.WithRetryCount(-1))
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "Extend(stolen)")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	assert.Len(t, ee.Attempts, 1)
+
+	_, err = lock.Release(ctx, redlock.WithRetryCount(-1))
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "Release(stolen)")
+	for i := range 3 {
+		assert.Equal(t, "thief", c.get(t, i, "{redlock}x"), "node %d: release must not delete another holder's key", i)
+	}
+}
+
+// slowHook delays every command on a client by d.
+type slowHook struct{ d time.Duration }
+
+func (slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(h.d)
+		return next(ctx, cmd)
+	}
+}
+func (slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Fixed: a quorum reached only after the validity has passed is a failure,
+// and what it wrote is cleaned up (node-redlock returns an expired Lock).
+func TestLateQuorumIsFailure(t *testing.T) {
+	c := newCluster(t, 3, redlock.WithNodeTimeout(time.Second))
+	for _, cl := range c.clients {
+		cl.AddHook(slowHook{d: 30 * time.Millisecond})
+	}
+	// ttl 20ms, drift 2ms: the attempt takes 30ms, past its validity. The
+	// node timeout is capped at the validity, so the nodes time out.
+	_, err := c.rl.Acquire(context.Background(), []string{"{redlock}late"}, 20*time.Millisecond, redlock.WithRetryCount(0))
+	require.Error(t, err, "Acquire slower than its ttl")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 1)
+
+	// With a larger ttl the timeout is not the limit but the validity is:
+	// ttl 40ms, drift 2ms, validity 38ms; nodes answer at about 30-40ms.
+	for _, cl := range c.clients {
+		cl.AddHook(slowHook{d: 15 * time.Millisecond})
+	}
+	_, err = c.rl.Acquire(context.Background(), []string{"{redlock}late"}, 40*time.Millisecond, redlock.WithRetryCount(0))
+	require.Error(t, err, "Acquire whose quorum arrives after its validity")
+	time.Sleep(100 * time.Millisecond) // let the cleanup's slow calls land
+	for i := range 3 {
+		assert.Equal(t, "", c.get(t, i, "{redlock}late"), "node %d cleaned up", i)
+	}
+}
+
+// Fixed: a hung minority (SIGSTOPped redis-server, clients with no timeout of
+// their own) stalls no call: each returns as soon as the healthy nodes give a
+// quorum, well before the per-node timeout.
+func TestHungMinorityDoesNotStall(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c := newClusterOn(t, nodes, &redis.Options{ReadTimeout: -1, WriteTimeout: -1}, redlock.WithNodeTimeout(10*time.Second))
+	ctx := context.Background()
+	// Warm the connections so that the pause hits a connected client.
+	l, err := c.rl.Acquire(ctx, []string{"{redlock}warm"}, long)
+	require.NoError(t, err)
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+
+	nodes[2].Pause()
+	t.Cleanup(nodes[2].Resume)
+	begin := time.Now()
+	lock, err := c.rl.Acquire(ctx, []string{"{redlock}h"}, long)
+	require.NoError(t, err, "Acquire with node 2 hung")
+	assert.ElementsMatch(t, []int{0, 1}, lock.Attempts()[0].VotesFor)
+	lock, err = lock.Extend(ctx, long)
+	require.NoError(t, err, "Extend with node 2 hung")
+	_, err = lock.Release(ctx)
+	require.NoError(t, err, "Release with node 2 hung")
+	elapsed := time.Since(begin)
+	assert.Less(t, elapsed, 5*time.Second, "three calls with one node hung took %v; the node timeout is 10s", elapsed)
+	nodes[2].Resume()
+}
+
+// Fixed: a hung majority fails within the per-node timeout, naming the nodes
+// that did not answer, even though the clients have no timeout of their own.
+func TestHungMajorityFailsAtTimeout(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c := newClusterOn(t, nodes, &redis.Options{ReadTimeout: -1, WriteTimeout: -1}, redlock.WithNodeTimeout(200*time.Millisecond))
+	ctx := within(t, 20*time.Second)
+	l, err := c.rl.Acquire(ctx, []string{"{redlock}warm"}, long)
+	require.NoError(t, err)
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+
+	nodes[1].Pause()
+	nodes[2].Pause()
+	t.Cleanup(nodes[1].Resume)
+	t.Cleanup(nodes[2].Resume)
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}h"}, long, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "Acquire was ended by the test's bound, not the node timeout")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	timedOut := map[int]bool{}
+	for _, v := range ee.Attempts[0].VotesAgainst {
+		var te *redlock.NodeTimeoutError
+		if errors.As(v, &te) {
+			timedOut[v.Node] = true
+		}
+	}
+	assert.Equal(t, map[int]bool{1: true, 2: true}, timedOut, "nodes reported as timed out")
+	nodes[1].Resume()
+	nodes[2].Resume()
+}
+
+// Fixed: the goroutines parked on a hung node are bounded, however many
+// locks are taken meanwhile, and all end once the node answers again.
+func TestHungNodeGoroutinesBounded(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c := newClusterOn(t, nodes, &redis.Options{ReadTimeout: -1, WriteTimeout: -1, PoolSize: 200}, redlock.WithNodeTimeout(5*time.Millisecond))
+	ctx := context.Background()
+	nodes[2].Pause()
+	t.Cleanup(nodes[2].Resume)
+	base := countGoroutines()
+	peak := 0
+	for i := range 200 {
+		l, err := c.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}g%d", i)}, long)
+		require.NoError(t, err, "Acquire %d with node 2 hung", i)
+		_, err = l.Release(ctx)
+		require.NoError(t, err, "Release %d", i)
+		peak = max(peak, countGoroutines()-base)
+	}
+	// 16 parked calls, plus those still inside their 5ms timeout window.
+	assert.LessOrEqual(t, peak, 40, "goroutines above the start while node 2 hangs")
+	nodes[2].Resume()
+	// Once the node answers, the parked calls return and their goroutines
+	// end: goleak in TestMain checks that nothing is left.
+}
+
+func countGoroutines() int { return runtime.NumGoroutine() }
+
+// ctx ends a call promptly, and the error matches both ctx's error and the
+// sentinel of what it was waiting for.
+func TestContextEndsCall(t *testing.T) {
+	c := newCluster(t, 3)
+	held, err := c.rl.Acquire(context.Background(), []string{"{redlock}w"}, long)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(150*time.Millisecond, cancel)
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}w"}, long, redlock.WithRetryCount(-1), redlock.WithRetryDelay(20*time.Millisecond))
+	assert.ErrorIs(t, err, context.Canceled, "Acquire cut short")
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire cut short while the lock was held")
+
+	// A ctx that has already ended sends nothing.
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}other"}, long)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, "", c.get(t, 0, "{redlock}other"))
+	_, err = held.Release(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.True(t, held.Valid(), "a release that did not run leaves the lock held")
+	_, err = held.Release(context.Background())
+	require.NoError(t, err)
+}
+
+// A quorum lost to node failures matches neither sentinel.
+func TestQuorumLostToFailures(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1}, fast...)
+	ctx := context.Background()
+	lock, err := c.rl.Acquire(ctx, []string{"{redlock}f"}, long)
+	require.NoError(t, err)
+	nodes[1].Kill()
+	nodes[2].Kill()
+	_, err = lock.Extend(ctx, long, redlock.WithRetryCount(2))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrLockExpired)
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.True(t, lock.Valid(), "a failed extension leaves the lock as it was")
+	_, err = lock.Release(ctx, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrLockExpired)
+	_, err = c.rl.Acquire(ctx, []string{"{redlock}g"}, long, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+}
+
+// EVALSHA falls back to EVAL when a node lost its script cache.
+func TestScriptCacheFlushed(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	l, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long)
+	require.NoError(t, err)
+	for _, p := range c.peek {
+		require.NoError(t, p.ScriptFlush(ctx).Err())
+	}
+	l, err = l.Extend(ctx, long)
+	require.NoError(t, err, "Extend after SCRIPT FLUSH")
+	for _, p := range c.peek {
+		require.NoError(t, p.ScriptFlush(ctx).Err())
+	}
+	_, err = l.Release(ctx)
+	require.NoError(t, err, "Release after SCRIPT FLUSH")
+}
+
+// Bad input is refused before anything reaches Redis.
+func TestBadInputSendsNothing(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	var sent atomic.Int32
+	for _, cl := range c.clients {
+		cl.AddHook(countHook{&sent})
+	}
+	cases := []struct {
+		name string
+		keys []string
+		ttl  time.Duration
+		opts []redlock.Option
+	}{
+		{"no resources", nil, time.Second, nil},
+		{"empty resource", []string{"a", ""}, time.Second, nil},
+		{"duplicate resource", []string{"a", "b", "a"}, time.Second, nil},
+		{"zero ttl", []string{"a"}, 0, nil},
+		{"negative ttl", []string{"a"}, -time.Second, nil},
+		{"fractional ttl", []string{"a"}, 1500 * time.Microsecond, nil},
+		{"ttl within drift", []string{"a"}, 2 * time.Millisecond, nil},
+		{"drift 1", []string{"a"}, time.Second, []redlock.Option{redlock.WithDriftFactor(1)}},
+		{"retry count -2", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryCount(-2)}},
+		{"negative delay", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryDelay(-1)}},
+		{"negative jitter", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryJitter(-1)}},
+		{"zero node timeout", []string{"a"}, time.Second, []redlock.Option{redlock.WithNodeTimeout(0)}},
+	}
+	for _, tc := range cases {
+		l, err := c.rl.Acquire(ctx, tc.keys, tc.ttl, tc.opts...)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Acquire(%s)", tc.name)
+		assert.Nil(t, l, "Acquire(%s)", tc.name)
+	}
+	var nilLock *redlock.Lock
+	_, err := nilLock.Release(ctx)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "nil Lock.Release")
+	_, err = nilLock.Extend(ctx, time.Second)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "nil Lock.Extend")
+	_, err = c.rl.Release(ctx, nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Release(nil)")
+	_, err = c.rl.Extend(ctx, nil, time.Second)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Extend(nil)")
+	assert.Zero(t, sent.Load(), "commands sent for bad input")
+	for i := range 3 {
+		assert.Zero(t, c.dbsize(t, i))
+	}
+
+	// A Lock must go back to the Redlock that made it.
+	other := newCluster(t, 1)
+	l, err := other.rl.Acquire(ctx, []string{"a"}, long)
+	require.NoError(t, err)
+	_, err = c.rl.Release(ctx, l)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Release(lock of another Redlock)")
+	_, err = l.Extend(ctx, 3*time.Microsecond)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Extend(bad ttl)")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}
+
+type countHook struct{ n *atomic.Int32 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// One Redlock used from many goroutines at once: distinct keys all succeed,
+// one shared key is never held twice (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var inside, violations, acquired atomic.Int32
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				l, err := c.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}k%d-%d", g, i)}, long)
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, err = l.Release(ctx)
+				assert.NoError(t, err)
+
+				l, err = c.rl.Acquire(ctx, []string{"{redlock}shared"}, long, redlock.WithRetryCount(0))
+				if err != nil {
+					assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+					continue
+				}
+				acquired.Add(1)
+				if inside.Add(1) > 1 {
+					violations.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				_, err = l.Release(ctx)
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "two holders of one lock at once")
+	assert.Positive(t, acquired.Load())
+}

@@ -1,0 +1,101 @@
+package redlock
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts. KEYS are the resources; ARGV[1] is the lock's value and,
+// for acquire and extend, ARGV[2] the ttl in milliseconds. Each returns how
+// many resources it applied to; only len(KEYS) counts as a vote for.
+//
+// Each script is all-or-nothing on a node for acquire and extend: it checks
+// every key before it writes any. Redis runs a script atomically, so no other
+// client sees a half-applied lock.
+const (
+	// acquireSrc differs from node-redlock's in one place: a key that already
+	// holds this lock's own value does not block it. A retry would otherwise
+	// be refused by the node that the previous attempt won, and a caller that
+	// holds a majority could fail (node-redlock §4.6). Setting the key again
+	// resets its ttl from this attempt's start, which is the start the
+	// expiration is computed from.
+	acquireSrc = `
+for _, key in ipairs(KEYS) do
+  local v = redis.call("get", key)
+  if v and v ~= ARGV[1] then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call("set", key, ARGV[1], "PX", ARGV[2])
+end
+return #KEYS
+`
+
+	// extendSrc resets the ttl to ARGV[2] from now (it does not add to what
+	// is left) when every key still holds this lock's value.
+	extendSrc = `
+for _, key in ipairs(KEYS) do
+  if redis.call("get", key) ~= ARGV[1] then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call("pexpire", key, ARGV[2])
+end
+return #KEYS
+`
+
+	// releaseSrc deletes the keys that hold this lock's value and counts
+	// them, so that an expired or stolen key counts against.
+	releaseSrc = `
+local count = 0
+for _, key in ipairs(KEYS) do
+  if redis.call("get", key) == ARGV[1] then
+    redis.call("del", key)
+    count = count + 1
+  end
+end
+return count
+`
+)
+
+// script is a Lua script with its SHA-1, run with EVALSHA and, when the node
+// does not have it cached (NOSCRIPT), with EVAL, which caches it there.
+type script struct {
+	op   Op
+	src  string
+	hash string
+}
+
+func newScript(op Op, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{op: op, src: src, hash: hex.EncodeToString(sum[:])}
+}
+
+var (
+	acquireScript = newScript(OpAcquire, acquireSrc)
+	extendScript  = newScript(OpExtend, extendSrc)
+	releaseScript = newScript(OpRelease, releaseSrc)
+)
+
+// run executes s on one node and turns the answer into a vote: nil for a
+// vote for, or the reason against. Only a result equal to len(keys) is a
+// vote for.
+func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, args []any) error {
+	res, err := c.EvalSha(ctx, s.hash, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = c.Eval(ctx, s.src, keys, args...).Result()
+	}
+	if err != nil {
+		return err
+	}
+	n, ok := res.(int64)
+	if !ok {
+		return fmt.Errorf("redlock: unexpected result of type %T returned from redis", res)
+	}
+	if n != int64(len(keys)) {
+		return &ResourceLockedError{Op: s.op, Applied: n, Requested: len(keys)}
+	}
+	return nil
+}
