@@ -1,0 +1,289 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// drift = round(f*ttl) + 2ms, with node-redlock's numbers.
+func TestDrift(t *testing.T) {
+	cases := []struct {
+		f    float64
+		ttl  time.Duration
+		want time.Duration
+	}{
+		{0.01, 5000 * time.Millisecond, 52 * time.Millisecond},
+		{0.01, 10000 * time.Millisecond, 102 * time.Millisecond},
+		{0.01, 50 * time.Millisecond, 3 * time.Millisecond}, // 0.5 rounds up
+		{0.01, 49 * time.Millisecond, 2 * time.Millisecond},
+		{0, time.Hour, 2 * time.Millisecond},
+		{0.5, 200 * time.Millisecond, 102 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, drift(tc.f, tc.ttl), "drift(%v, %v)", tc.f, tc.ttl)
+	}
+}
+
+func TestValidateTTL(t *testing.T) {
+	cfg := defaultConfig()
+	for _, ttl := range []time.Duration{time.Millisecond * 3, time.Second, 24 * time.Hour, math.MaxInt64 / time.Millisecond * time.Millisecond} {
+		assert.NoError(t, validateTTL(ttl, &cfg), "validateTTL(%v)", ttl)
+	}
+	for _, ttl := range []time.Duration{0, -1, -time.Second, time.Millisecond, 2 * time.Millisecond, 1500 * time.Microsecond, time.Nanosecond, math.MinInt64} {
+		err := validateTTL(ttl, &cfg)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "validateTTL(%v)", ttl)
+	}
+	assert.ErrorContains(t, validateTTL(1500*time.Microsecond, &cfg), "1.5ms is not a whole number of milliseconds")
+}
+
+func TestValidateResources(t *testing.T) {
+	assert.NoError(t, validateResources([]string{"a"}))
+	assert.NoError(t, validateResources([]string{"a", "b", "{x}c"}))
+	for _, rs := range [][]string{nil, {}, {""}, {"a", ""}, {"a", "a"}, {"a", "b", "a"}} {
+		assert.ErrorIs(t, validateResources(rs), ErrInvalidArgument, "validateResources(%q)", rs)
+	}
+	assert.ErrorContains(t, validateResources([]string{"a", "b", "a"}), `resources[2] "a" duplicates resources[0]`)
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := []Option{
+		WithDriftFactor(0), WithDriftFactor(0.999), WithRetryCount(-1), WithRetryCount(0),
+		WithRetryDelay(0), WithRetryJitter(0), WithAutomaticExtensionThreshold(0),
+		WithNodeTimeout(time.Nanosecond), WithErrorHandler(nil), nil,
+	}
+	base := defaultConfig()
+	for i, o := range ok {
+		_, err := base.with([]Option{o})
+		assert.NoError(t, err, "option %d", i)
+	}
+	bad := map[string]Option{
+		"drift factor -0.1":         WithDriftFactor(-0.1),
+		"drift factor 1":            WithDriftFactor(1),
+		"drift factor NaN":          WithDriftFactor(math.NaN()),
+		"drift factor +Inf":         WithDriftFactor(math.Inf(1)),
+		"retry count -2":            WithRetryCount(-2),
+		"retry delay -1ns":          WithRetryDelay(-1),
+		"retry jitter -1ns":         WithRetryJitter(-1),
+		"automatic extension -1ns":  WithAutomaticExtensionThreshold(-1),
+		"node timeout 0s":           WithNodeTimeout(0),
+		"node timeout -1s":          WithNodeTimeout(-time.Second),
+		"retry count math.MinInt64": WithRetryCount(math.MinInt),
+	}
+	for name, o := range bad {
+		_, err := base.with([]Option{o})
+		assert.ErrorIs(t, err, ErrInvalidArgument, "option %s", name)
+	}
+	// The last option wins; the base is not changed.
+	c, err := base.with([]Option{WithRetryCount(3), WithRetryCount(5)})
+	require.NoError(t, err)
+	assert.Equal(t, 5, c.retryCount)
+	assert.Equal(t, 10, base.retryCount)
+}
+
+func TestRetryDelayRange(t *testing.T) {
+	cfg := defaultConfig()
+	for range 10000 {
+		d := retryDelay(&cfg)
+		require.True(t, d >= 100*time.Millisecond && d < 300*time.Millisecond, "retryDelay = %v, want [100ms, 300ms)", d)
+	}
+	cfg.retryDelay, cfg.retryJitter = 10*time.Millisecond, 50*time.Millisecond
+	for range 10000 {
+		require.GreaterOrEqual(t, retryDelay(&cfg), time.Duration(0))
+	}
+	cfg.retryJitter = 0
+	assert.Equal(t, 10*time.Millisecond, retryDelay(&cfg))
+}
+
+func TestRandomValue(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		v := randomValue()
+		require.Len(t, v, 32)
+		require.False(t, seen[v], "randomValue repeated %s", v)
+		seen[v] = true
+	}
+}
+
+func TestNewValidation(t *testing.T) {
+	mr := miniredis.RunT(t)
+	a := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = a.Close() })
+	var typedNil *redis.Client
+	cases := map[string][]redis.UniversalClient{
+		"no clients":   nil,
+		"empty":        {},
+		"nil client":   {a, nil},
+		"typed nil":    {typedNil},
+		"same client":  {a, a},
+		"typed nil #2": {a, typedNil},
+	}
+	for name, cs := range cases {
+		rl, err := New(cs)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "New(%s)", name)
+		assert.Nil(t, rl, "New(%s)", name)
+	}
+	_, err := New([]redis.UniversalClient{a}, WithDriftFactor(2))
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	rl, err := New([]redis.UniversalClient{a})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rl.Nodes())
+	assert.Equal(t, 1, rl.Quorum())
+}
+
+// fakeScripter answers every script call with a fixed result after a delay,
+// or never (hang), to drive the vote counting without Redis.
+type fakeScripter struct {
+	redis.UniversalClient // nil: only the methods below are used
+	result                any
+	err                   error
+	delay                 time.Duration
+	hang                  chan struct{} // when set, block until closed
+}
+
+func (f *fakeScripter) answer(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	if f.hang != nil {
+		<-f.hang
+	} else if f.delay > 0 {
+		time.Sleep(f.delay)
+	}
+	if f.err != nil {
+		cmd.SetErr(f.err)
+	} else {
+		cmd.SetVal(f.result)
+	}
+	return cmd
+}
+
+func (f *fakeScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.answer(ctx)
+}
+
+func (f *fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.answer(ctx)
+}
+
+func newFake(t *testing.T, nodes []*fakeScripter, opts ...Option) *Redlock {
+	t.Helper()
+	cs := make([]redis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		cs[i] = n
+	}
+	rl, err := New(cs, opts...)
+	require.NoError(t, err)
+	return rl
+}
+
+// The vote counting: an attempt is decided as soon as a quorum for, or a
+// quorum out of reach, is certain.
+func TestVoteCounting(t *testing.T) {
+	yes := func() *fakeScripter { return &fakeScripter{result: int64(1)} }
+	no := func() *fakeScripter { return &fakeScripter{result: int64(0)} }
+	broken := func() *fakeScripter { return &fakeScripter{err: errors.New("boom")} }
+	weird := func() *fakeScripter { return &fakeScripter{result: "OK"} }
+	cases := []struct {
+		name       string
+		nodes      []*fakeScripter
+		wantOK     bool
+		wantLocked bool // the failure matches ErrResourceLocked
+	}{
+		{"1 yes", []*fakeScripter{yes()}, true, false},
+		{"1 no", []*fakeScripter{no()}, false, true},
+		{"2 split", []*fakeScripter{yes(), no()}, false, true},
+		{"2 yes", []*fakeScripter{yes(), yes()}, true, false},
+		{"3 two yes", []*fakeScripter{yes(), no(), yes()}, true, false},
+		{"3 two no", []*fakeScripter{no(), yes(), no()}, false, true},
+		{"3 one no one broken", []*fakeScripter{no(), yes(), broken()}, false, false},
+		{"3 broken minority", []*fakeScripter{yes(), broken(), yes()}, true, false},
+		{"3 non-integer result", []*fakeScripter{weird(), weird(), yes()}, false, false},
+		{"4 split", []*fakeScripter{yes(), yes(), no(), no()}, false, true},
+		{"4 three yes", []*fakeScripter{yes(), yes(), no(), yes()}, true, false},
+		{"5 three yes", []*fakeScripter{no(), yes(), no(), yes(), yes()}, true, false},
+		{"5 three no", []*fakeScripter{no(), yes(), no(), yes(), no()}, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rl := newFake(t, tc.nodes, WithRetryCount(0))
+			l, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
+			if tc.wantOK {
+				require.NoError(t, err)
+				assert.GreaterOrEqual(t, len(l.Attempts()[0].VotesFor), rl.Quorum())
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tc.wantLocked, errors.Is(err, ErrResourceLocked), "errors.Is(%v, ErrResourceLocked)", err)
+		})
+	}
+}
+
+// A hung node never holds an attempt past the per-node timeout, and a
+// decided attempt does not wait for it at all.
+func TestHungFakeNode(t *testing.T) {
+	hang := make(chan struct{})
+	defer close(hang)
+	nodes := []*fakeScripter{{result: int64(1)}, {result: int64(1)}, {hang: hang}}
+	rl := newFake(t, nodes, WithNodeTimeout(time.Hour))
+	l, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
+	require.NoError(t, err, "Acquire with a hung minority")
+	assert.ElementsMatch(t, []int{0, 1}, l.Attempts()[0].VotesFor)
+
+	nodes[0].result = int64(0)
+	rl = newFake(t, nodes, WithNodeTimeout(20*time.Millisecond), WithRetryCount(0))
+	_, err = rl.Acquire(context.Background(), []string{"k"}, time.Second)
+	var ee *ExecutionError
+	require.ErrorAs(t, err, &ee)
+	var te *NodeTimeoutError
+	found := false
+	for _, v := range ee.Attempts[0].VotesAgainst {
+		if errors.As(v, &te) {
+			found = true
+			assert.Equal(t, 2, v.Node)
+		}
+	}
+	assert.True(t, found, "the hung node's vote is a timeout: %v", ee.Attempts[0].VotesAgainst)
+}
+
+// The scripts' semantics, on miniredis for speed (the real-node tests cover
+// them on redis-server).
+func TestScriptsOnMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	keys := []string{"a", "b"}
+
+	require.NoError(t, acquireScript.run(ctx, c, keys, []any{"v1", 1000}))
+	assert.Equal(t, int64(1000), mr.TTL("a").Milliseconds())
+	// Our own value does not block a retry; another does.
+	require.NoError(t, acquireScript.run(ctx, c, keys, []any{"v1", 2000}))
+	err := acquireScript.run(ctx, c, keys, []any{"v2", 1000})
+	var rle *ResourceLockedError
+	require.ErrorAs(t, err, &rle)
+	assert.Equal(t, int64(0), rle.Applied)
+	assert.ErrorIs(t, err, ErrResourceLocked)
+	// All or nothing: one taken key keeps the other free.
+	require.NoError(t, c.Set(ctx, "c", "other", 0).Err())
+	require.Error(t, acquireScript.run(ctx, c, []string{"c", "d"}, []any{"v3", 1000}))
+	assert.False(t, mr.Exists("d"))
+
+	require.NoError(t, extendScript.run(ctx, c, keys, []any{"v1", 5000}))
+	assert.Equal(t, int64(5000), mr.TTL("b").Milliseconds())
+	err = extendScript.run(ctx, c, keys, []any{"v2", 5000})
+	assert.ErrorIs(t, err, ErrLockExpired)
+
+	// Release counts only the keys that held the value.
+	require.NoError(t, c.Set(ctx, "b", "thief", 0).Err())
+	err = releaseScript.run(ctx, c, keys, []any{"v1"})
+	require.ErrorAs(t, err, &rle)
+	assert.Equal(t, int64(1), rle.Applied)
+	assert.False(t, mr.Exists("a"))
+	assert.True(t, mr.Exists("b"))
+}
