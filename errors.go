@@ -61,7 +61,7 @@ type ResourceLockedError struct {
 
 // Error implements the error interface.
 func (e *ResourceLockedError) Error() string {
-	return fmt.Sprintf("redlock: the operation was applied to: %d of the %d requested resources", e.Applied, e.Requested)
+	return fmt.Sprintf("the operation was applied to: %d of the %d requested resources", e.Applied, e.Requested)
 }
 
 // Unwrap returns the sentinel that this vote stands for.
@@ -102,9 +102,9 @@ type NodeTimeoutError struct {
 // Error implements the error interface.
 func (e *NodeTimeoutError) Error() string {
 	if e.Outstanding > 0 {
-		return fmt.Sprintf("redlock: node skipped: %d earlier calls are still unanswered after their timeout", e.Outstanding)
+		return fmt.Sprintf("node skipped: %d earlier calls are still unanswered after their timeout", e.Outstanding)
 	}
-	return "redlock: node did not answer within the per-node timeout"
+	return "node did not answer within the per-node timeout"
 }
 
 // ExecutionError is returned by Acquire, Extend and Release when the

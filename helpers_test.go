@@ -26,13 +26,13 @@ type cluster struct {
 var fast = []redlock.Option{redlock.WithRetryDelay(10 * time.Millisecond), redlock.WithRetryJitter(5 * time.Millisecond)}
 
 // newCluster starts n nodes and a Redlock over them.
-func newCluster(t *testing.T, n int, opts ...redlock.Option) *cluster {
+func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
 	t.Helper()
 	return newClusterOn(t, redistest.Start(t, n), nil, opts...)
 }
 
 // newClusterOn builds a Redlock over nodes, with clientOpts for its clients.
-func newClusterOn(t *testing.T, nodes []*redistest.Node, clientOpts *redis.Options, opts ...redlock.Option) *cluster {
+func newClusterOn(t testing.TB, nodes []*redistest.Node, clientOpts *redis.Options, opts ...redlock.Option) *cluster {
 	t.Helper()
 	c := &cluster{nodes: nodes}
 	var ucs []redis.UniversalClient

@@ -241,7 +241,7 @@ func TestMajorityFails(t *testing.T) {
 	for _, a := range ee.Attempts {
 		require.NotEmpty(t, a.VotesAgainst)
 		for _, v := range a.VotesAgainst {
-			assert.Equal(t, "redlock: the operation was applied to: 0 of the 1 requested resources", errors.Unwrap(v).Error())
+			assert.Equal(t, "the operation was applied to: 0 of the 1 requested resources", errors.Unwrap(v).Error())
 		}
 	}
 	assert.Equal(t, "", c.get(t, 0, "{redlock}c"), "node 0 must be cleaned up")

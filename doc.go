@@ -1,0 +1,86 @@
+// Package redlock implements the Redlock distributed lock over several
+// independent Redis nodes, on go-redis v9. It is a port of node-redlock v5,
+// with its numbers and scripts kept and its known faults fixed.
+//
+// # The algorithm
+//
+// A [Redlock] holds one go-redis client per node. [Redlock.Acquire] writes a
+// random 32-hex-character value under every resource on all nodes at once,
+// with a Lua script that is all-or-nothing on each node. The lock is held when
+// a quorum of n/2+1 nodes voted for it, and for as long as its validity:
+//
+//	drift      = round(driftFactor × ttl) + 2ms
+//	expiration = start of the successful attempt + ttl − drift
+//
+// Failed attempts are retried after a jittered delay (default 10 retries,
+// 200ms ± 100ms apart); after the last one, whatever the attempts wrote is
+// released. [Redlock.Extend] resets the ttl on a quorum and returns a new
+// [Lock]; [Redlock.Release] deletes the keys that still hold the lock's value.
+//
+// # What is fixed, compared with node-redlock
+//
+//   - An attempt is decided as soon as its outcome is certain, so an even
+//     number of nodes that splits never hangs, and a call returns as soon as a
+//     quorum has voted rather than waiting for the slowest node.
+//   - Every node call has a timeout enforced by redlock ([WithNodeTimeout]),
+//     which holds even when the go-redis client has none of its own. The
+//     goroutines left talking to a hung node are bounded (16 per node) and
+//     end when the node answers or the client times out.
+//   - An attempt that reaches a quorum only after the lock's validity has
+//     passed is a failure, and is cleaned up.
+//   - A node that already holds this lock's own value votes for it, so a retry
+//     is not refused by the node that an earlier attempt won.
+//   - Extend and Release of a lock that has expired, was taken over, or was
+//     already released or extended end at once with [ErrLockExpired] instead
+//     of retrying for the whole retry window (or for ever).
+//   - Duplicate and empty resources, bad ttls and out-of-range options are
+//     refused before anything is sent, with an error matching
+//     [ErrInvalidArgument] that names the bad value.
+//
+// # Errors
+//
+// Callers branch with [errors.Is]: [ErrResourceLocked] (the quorum was lost to
+// another holder), [ErrLockExpired] (the lock is no longer held),
+// [ErrInvalidArgument], and the context's error when ctx ended the call. A
+// quorum lost to node failures matches none of them. Failures of Acquire,
+// Extend and Release are [*ExecutionError] values with every attempt's
+// [ExecutionStats]: which nodes voted for, and each vote against as a
+// [*NodeError]. [WithErrorHandler] receives every vote against as it happens,
+// node-redlock's "error" event.
+//
+// # Guarantees and non-guarantees
+//
+// Redlock gives mutual exclusion while a majority of nodes is up and keeps
+// its data, and while the nodes' clocks advance at about the same rate: the
+// drift allowance covers small rate differences, not clock jumps. A node
+// restarted without persistence forgets the locks it held; an operator should
+// either enable AOF persistence with fsync, or keep a restarted node out for
+// at least the longest ttl in use. There is no fencing token: a holder paused
+// past its expiration (a long GC pause) can still act after another holder
+// has acquired. Do the work within [Lock.Expiration], and check [Lock.Valid]
+// before acting on the protected resource.
+//
+// A redis.ClusterClient or FailoverClient counts as one node. On a Cluster,
+// the resources of one lock must share a hash slot (a hash tag such as
+// "{orders}:1" and "{orders}:2"); otherwise the node answers CROSSSLOT and
+// votes against. Replication is asynchronous, so a failover can lose a lock
+// that was only on the old primary.
+//
+// # Concurrency
+//
+// A Redlock and a Lock are safe for concurrent use by multiple goroutines. A
+// Redlock starts no goroutine of its own; those of a call end when the nodes
+// they talk to answer. The clients belong to the caller, who closes them.
+//
+// # From node-redlock
+//
+//	new Redlock(clients, settings)      New(clients, opts...)
+//	redlock.acquire(resources, ms, s)   rl.Acquire(ctx, resources, ttl, opts...)
+//	redlock.extend(lock, ms, s)         rl.Extend(ctx, lock, ttl, opts...) / lock.Extend(ctx, ttl, opts...)
+//	redlock.release(lock, s)            rl.Release(ctx, lock, opts...) / lock.Release(ctx, opts...)
+//	settings.driftFactor etc.           WithDriftFactor, WithRetryCount, WithRetryDelay, WithRetryJitter,
+//	                                    WithAutomaticExtensionThreshold
+//	redlock.on("error", fn)             WithErrorHandler(fn)
+//	ExecutionError / ResourceLockedError  *ExecutionError / *ResourceLockedError
+//	lock.attempts, lock.expiration      lock.Attempts(), lock.Expiration()
+package redlock

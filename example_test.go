@@ -1,0 +1,105 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
+)
+
+// exampleNodes starts n in-process Redis nodes for the examples and returns
+// clients for them and a function that stops everything.
+func exampleNodes(n int) ([]redis.UniversalClient, func()) {
+	var clients []redis.UniversalClient
+	var stops []func()
+	for range n {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			panic(err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		clients = append(clients, c)
+		stops = append(stops, func() { _ = c.Close(); mr.Close() })
+	}
+	return clients, func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
+// Acquire a lock on three nodes, work under it, and release it.
+func Example() {
+	clients, stop := exampleNodes(3) // your redis.NewClient(...) per node
+	defer stop()
+
+	rl, err := redlock.New(clients)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lock, err := rl.Acquire(ctx, []string{"invoice:42"}, 10*time.Second)
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	fmt.Println("held:", lock.Valid(), lock.Resources())
+
+	// ... the critical section, done before lock.Expiration() ...
+
+	if _, err := lock.Release(ctx); err != nil {
+		fmt.Println("release:", err)
+	}
+	fmt.Println("held after release:", lock.Valid())
+	// Output:
+	// held: true [invoice:42]
+	// held after release: false
+}
+
+// A try-lock: one attempt, and a contended resource is told apart from
+// failing nodes with errors.Is.
+func ExampleRedlock_Acquire_tryLock() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	ctx := context.Background()
+
+	held, _ := rl.Acquire(ctx, []string{"job:nightly"}, time.Minute)
+	defer held.Release(ctx)
+
+	_, err := rl.Acquire(ctx, []string{"job:nightly"}, time.Minute, redlock.WithRetryCount(0))
+	switch {
+	case errors.Is(err, redlock.ErrResourceLocked):
+		fmt.Println("someone else runs the job")
+	case err != nil:
+		fmt.Println("the lock service is unavailable:", err)
+	}
+	// Output:
+	// someone else runs the job
+}
+
+// Extend returns a new Lock; the old handle is spent.
+func ExampleLock_Extend() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	ctx := context.Background()
+
+	lock, _ := rl.Acquire(ctx, []string{"export:7"}, 2*time.Second)
+	extended, err := lock.Extend(ctx, 30*time.Second)
+	if err != nil {
+		fmt.Println("lost the lock:", errors.Is(err, redlock.ErrLockExpired))
+		return
+	}
+	fmt.Println("old handle valid:", lock.Valid())
+	fmt.Println("new handle valid:", extended.Valid(), time.Until(extended.Expiration()) > 20*time.Second)
+	_, _ = extended.Release(ctx)
+	// Output:
+	// old handle valid: false
+	// new handle valid: true true
+}
