@@ -61,6 +61,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetParallelism(8)
+	b.ResetTimer()
 	var id atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		keys := []string{fmt.Sprintf("bench-par-%d", id.Add(1))}

@@ -17,6 +17,10 @@
 // released. [Redlock.Extend] resets the ttl on a quorum and returns a new
 // [Lock]; [Redlock.Release] deletes the keys that still hold the lock's value.
 //
+// [Redlock.Using] runs a function under a lock that it extends while the
+// function runs; the function's context is cancelled, with a cause matching
+// [ErrExtensionFailed], as soon as the lock cannot be extended.
+//
 // # What is fixed, compared with node-redlock
 //
 //   - An attempt is decided as soon as its outcome is certain, so an even
@@ -80,6 +84,8 @@
 //	redlock.release(lock, s)            rl.Release(ctx, lock, opts...) / lock.Release(ctx, opts...)
 //	settings.driftFactor etc.           WithDriftFactor, WithRetryCount, WithRetryDelay, WithRetryJitter,
 //	                                    WithAutomaticExtensionThreshold
+//	redlock.using(res, ms, s, routine)  rl.Using(ctx, res, ttl, fn, opts...)
+//	signal.aborted / signal.error       ctx.Done() / context.Cause(ctx)
 //	redlock.on("error", fn)             WithErrorHandler(fn)
 //	ExecutionError / ResourceLockedError  *ExecutionError / *ResourceLockedError
 //	lock.attempts, lock.expiration      lock.Attempts(), lock.Expiration()

@@ -103,3 +103,24 @@ func ExampleLock_Extend() {
 	// old handle valid: false
 	// new handle valid: true true
 }
+
+// Using runs a function under a lock that is extended while it runs; its
+// context is cancelled if the lock is lost.
+func ExampleRedlock_Using() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+
+	err := rl.Using(context.Background(), []string{"report:monthly"}, 10*time.Second, func(ctx context.Context) error {
+		// ... long work; check ctx between steps ...
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // matches redlock.ErrExtensionFailed when the lock was lost
+		}
+		fmt.Println("report written under the lock")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// report written under the lock
+	// err: <nil>
+}

@@ -454,6 +454,11 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	if err := validateTTL(ttl, cfg); err != nil {
 		return nil, err
 	}
+	return r.acquire(ctx, cfg, resources, ttl)
+}
+
+// acquire is Acquire after validation.
+func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
 	keys := append([]string(nil), resources...) // the caller may reuse theirs
 	value := randomValue()
 	p := plan{s: acquireScript, keys: keys, args: []any{value, int64(ttl / time.Millisecond)}, ttl: ttl}

@@ -1,0 +1,114 @@
+// Command using shows redlock's Using: a routine that runs under a lock that
+// is extended for as long as it runs, and whose context is cancelled the
+// moment the lock is lost.
+//
+//	go run ./examples/using                       # three embedded nodes
+//	go run ./examples/using -addrs a:6379,b:6379,c:6379
+//
+// It runs two jobs. The first outlives its ttl several times over and
+// finishes under the lock. During the second, another client overwrites the
+// lock's keys on every node; the job sees its context cancelled with
+// ErrExtensionFailed as the cause and stops.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
+)
+
+func main() {
+	addrs := flag.String("addrs", "", "comma-separated host:port of independent Redis nodes (default: 3 embedded nodes)")
+	flag.Parse()
+	if err := run(*addrs); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+func run(addrList string) error {
+	var addrs []string
+	if addrList == "" {
+		for range 3 {
+			mr := miniredis.NewMiniRedis()
+			if err := mr.Start(); err != nil {
+				return fmt.Errorf("starting an embedded node: %w", err)
+			}
+			defer mr.Close()
+			// miniredis's clock does not advance by itself; keep it with ours.
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						mr.FastForward(10 * time.Millisecond)
+					}
+				}
+			}()
+			addrs = append(addrs, mr.Addr())
+		}
+	} else {
+		addrs = strings.Split(addrList, ",")
+	}
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
+		defer c.Close()
+		clients[i] = c
+	}
+	rl, err := redlock.New(clients, redlock.WithAutomaticExtensionThreshold(200*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+
+	// Job 1: four times as long as the ttl; Using keeps the lock alive.
+	err = rl.Using(ctx, []string{"using:job1"}, ttl, func(ctx context.Context) error {
+		for step := 1; step <= 4; step++ {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(ttl):
+				fmt.Printf("job 1: step %d of 4 done under the lock\n", step)
+			}
+		}
+		return nil
+	})
+	fmt.Printf("job 1 finished: err=%v\n", err)
+
+	// Job 2: someone overwrites the lock's keys on every node mid-way.
+	err = rl.Using(ctx, []string{"using:job2"}, ttl, func(ctx context.Context) error {
+		for _, c := range clients {
+			c.Set(ctx, "using:job2", "somebody-else", 0)
+		}
+		fmt.Println("job 2: the lock's keys were overwritten by another client")
+		select {
+		case <-ctx.Done():
+			fmt.Printf("job 2: stopped, cause: %v\n", context.Cause(ctx))
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("job 2 was never told that the lock was lost")
+		}
+	})
+	fmt.Printf("job 2 finished: lost=%v\n", errors.Is(err, redlock.ErrExtensionFailed))
+	if !errors.Is(err, redlock.ErrExtensionFailed) {
+		return fmt.Errorf("job 2: %v", err)
+	}
+	return nil
+}

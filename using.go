@@ -1,0 +1,170 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Using runs fn while holding a lock on resources, and keeps the lock for as
+// long as fn runs by extending it. It is node-redlock's using, with the
+// lock-lost signal carried by fn's context.
+//
+// Using acquires the lock with opts; if that fails, fn never runs and the
+// acquire error is returned unchanged. While fn runs, the lock is extended by
+// ttl whenever its expiration is less than the automatic extension threshold
+// away ([WithAutomaticExtensionThreshold], default 500ms), with the same
+// options. A failed extension is retried while the lock is still valid,
+// never after.
+//
+// When the lock cannot be extended (taken over, a quorum of nodes gone, its
+// validity over), fn's context is cancelled at once with a cause
+// ([context.Cause]) that matches [ErrExtensionFailed] and wraps the extension
+// error, and Using returns an error matching ErrExtensionFailed even if fn
+// returned nil: the critical section was not protected to the end. fn should
+// watch ctx.Done() and stop acting on the protected resource when it fires.
+//
+// When ctx ends, fn's context ends too; the lock is kept until fn returns, and
+// then released. When fn returns, no new extension starts, an extension in
+// flight is waited for, and the lock is released once (even if ctx has
+// ended). Using returns fn's error; a release error is joined to it, never put
+// in its place. If fn panics, the lock is released and the panic goes on.
+// Using's goroutine has exited by the time it returns.
+//
+// Using returns an error matching [ErrInvalidArgument], before anything is
+// acquired, for a nil fn, a ttl less than the threshold + 100ms, and anything
+// Acquire refuses.
+func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	cfg, err := r.cfg.with(opts)
+	if err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	if err := validateResources(resources); err != nil {
+		return err
+	}
+	if err := validateTTL(ttl, cfg); err != nil {
+		return err
+	}
+	// node-redlock's rule: the lock must outlive the threshold by 100ms, or
+	// it would need extending before fn could do anything.
+	if ttl < cfg.extensionThreshold+100*time.Millisecond {
+		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms", ttl, cfg.extensionThreshold)
+	}
+
+	lock, err := r.acquire(ctx, cfg, resources, ttl)
+	if err != nil {
+		return err
+	}
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ext := &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{})}
+	go ext.run(ctx)
+
+	// Whatever way fn ends, the extender stops before the release, and the
+	// release uses the newest Lock it made.
+	defer func() {
+		p := recover()
+		close(ext.stop)
+		<-ext.exited
+		_, relErr := ext.lock.Release(context.WithoutCancel(ctx))
+		if ext.err != nil && errors.Is(relErr, ErrLockExpired) {
+			relErr = nil // the lock was lost, as ext.err already says
+		}
+		if p != nil {
+			panic(p)
+		}
+		err = join(err, ext.err, relErr)
+	}()
+	return fn(fnCtx)
+}
+
+// extender keeps one Using's lock alive. Its fields other than stop are
+// written by its goroutine only, and read by Using after exited is closed.
+type extender struct {
+	cfg    *config
+	ttl    time.Duration
+	lock   *Lock // the newest Lock
+	err    error // set when an extension failed: matches ErrExtensionFailed
+	cancel context.CancelCauseFunc
+	stop   chan struct{} // closed when fn has returned
+	exited chan struct{} // closed when run has returned
+}
+
+// run extends the lock shortly before each expiration until stop is closed
+// or an extension fails.
+func (e *extender) run(ctx context.Context) {
+	defer close(e.exited)
+	// Extensions outlive the caller's ctx (fn may still be in the critical
+	// section after ctx ends) but never the lock's validity.
+	base := context.WithoutCancel(ctx)
+	for {
+		if !e.wait(time.Until(e.lock.expiration) - e.cfg.extensionThreshold) {
+			return
+		}
+		for {
+			extCtx, cancel := context.WithDeadline(base, e.lock.expiration)
+			l, err := e.lock.Extend(extCtx, e.ttl) // the Lock carries Using's options
+			cancel()
+			if err == nil {
+				e.lock = l
+				break
+			}
+			// Lost for good, or out of time: tell fn at once.
+			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
+				e.err = fmt.Errorf("%w: %w", ErrExtensionFailed, err)
+				e.cancel(e.err)
+				return
+			}
+			// Node failures used up a retry window, but the lock is still
+			// valid: try again after a retry delay, unless fn is done.
+			if !e.wait(retryDelay(e.cfg)) {
+				return
+			}
+		}
+	}
+}
+
+// wait sleeps for d and reports whether it did, or returns false at once when
+// stop is closed. It never starts an extension after fn has returned: stop is
+// checked again after the timer, because select picks at random when both are
+// ready.
+func (e *extender) wait(d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-e.stop:
+			return false
+		case <-t.C:
+		}
+	}
+	select {
+	case <-e.stop:
+		return false
+	default:
+		return true
+	}
+}
+
+// join returns the non-nil errors joined, or the only one unchanged.
+func join(errs ...error) error {
+	var first error
+	n := 0
+	for _, e := range errs {
+		if e != nil {
+			if n == 0 {
+				first = e
+			}
+			n++
+		}
+	}
+	if n <= 1 {
+		return first
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,292 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Short ttls, so that a test sees several extensions: extend 150ms before
+// each expiration of a 300ms lock.
+var usingOpts = []redlock.Option{
+	redlock.WithAutomaticExtensionThreshold(150 * time.Millisecond),
+	redlock.WithRetryDelay(10 * time.Millisecond),
+	redlock.WithRetryJitter(5 * time.Millisecond),
+}
+
+const usingTTL = 300 * time.Millisecond
+
+// fn outlives several ttls: the lock is extended on every node the whole
+// time, fn's ctx is never cancelled, and the keys are gone afterwards.
+func TestUsingExtends(t *testing.T) {
+	c := newCluster(t, 3)
+	var value string
+	var maxPTTLAfterTTL time.Duration
+	err := c.rl.Using(context.Background(), []string{"{redlock}u"}, usingTTL, func(ctx context.Context) error {
+		value = c.get(t, 0, "{redlock}u")
+		require.Len(t, value, 32)
+		begin := time.Now()
+		for time.Since(begin) < 4*usingTTL {
+			time.Sleep(20 * time.Millisecond)
+			if time.Since(begin) > usingTTL+50*time.Millisecond {
+				for i := range 3 {
+					assert.Equal(t, value, c.get(t, i, "{redlock}u"), "node %d still holds the lock", i)
+					maxPTTLAfterTTL = max(maxPTTLAfterTTL, c.pttl(t, i, "{redlock}u"))
+				}
+			}
+			if ctx.Err() != nil {
+				t.Errorf("fn's ctx ended: %v", context.Cause(ctx))
+			}
+		}
+		return nil
+	}, usingOpts...)
+	require.NoError(t, err, "Using")
+	assert.Greater(t, maxPTTLAfterTTL, 100*time.Millisecond, "PTTL seen past the first ttl: extensions reset it")
+	for i := range 3 {
+		c.gone(t, i, "{redlock}u")
+	}
+}
+
+// waitCancelled waits for fn's ctx to end, up to bound.
+func waitCancelled(t *testing.T, ctx context.Context, bound time.Duration) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	select {
+	case <-ctx.Done():
+		return time.Since(begin)
+	case <-time.After(bound):
+		t.Errorf("fn's ctx was not cancelled within %v", bound)
+		return bound
+	}
+}
+
+// The lock is taken over on a majority mid-fn: fn's ctx is cancelled within
+// one extension period with a cause matching ErrExtensionFailed, and Using
+// reports it although fn returned nil.
+func TestUsingStolen(t *testing.T) {
+	c := newCluster(t, 3)
+	var cause error
+	err := c.rl.Using(context.Background(), []string{"{redlock}st"}, usingTTL, func(ctx context.Context) error {
+		c.set(t, 0, "{redlock}st", "thief", 0)
+		c.set(t, 1, "{redlock}st", "thief", 0)
+		waitCancelled(t, ctx, 2*usingTTL)
+		cause = context.Cause(ctx)
+		return nil
+	}, usingOpts...)
+	assert.ErrorIs(t, cause, redlock.ErrExtensionFailed, "context.Cause")
+	assert.ErrorIs(t, cause, redlock.ErrLockExpired, "context.Cause wraps why")
+	assert.ErrorIs(t, err, redlock.ErrExtensionFailed, "Using")
+	assert.Equal(t, "thief", c.get(t, 0, "{redlock}st"), "the release must not touch the thief's keys")
+}
+
+// A majority of nodes killed mid-fn: the lock cannot be extended, fn's ctx
+// is cancelled before the lock's validity is over, Using reports it. With
+// unlimited retries too: nothing hangs.
+func TestUsingMajorityKilled(t *testing.T) {
+	for _, retries := range []int{10, -1} {
+		redistest.Require(t)
+		nodes := redistest.Start(t, 3)
+		c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, usingOpts...)
+		done := make(chan error, 1)
+		go func() {
+			done <- c.rl.Using(context.Background(), []string{"{redlock}mk"}, usingTTL, func(ctx context.Context) error {
+				nodes[1].Kill()
+				nodes[2].Kill()
+				waitCancelled(t, ctx, 2*usingTTL)
+				assert.ErrorIs(t, context.Cause(ctx), redlock.ErrExtensionFailed, "retries %d: cause", retries)
+				return nil
+			}, redlock.WithRetryCount(retries))
+		}()
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, redlock.ErrExtensionFailed, "retries %d: Using", retries)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("retries %d: Using did not return", retries)
+		}
+	}
+}
+
+// A minority killed mid-fn: the lock is extended on the others, fn completes.
+func TestUsingMinorityKilled(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, usingOpts...)
+	err := c.rl.Using(context.Background(), []string{"{redlock}mn"}, usingTTL, func(ctx context.Context) error {
+		nodes[2].Kill()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(3 * usingTTL):
+			return nil
+		}
+	})
+	require.NoError(t, err, "Using with a minority killed")
+	c.gone(t, 0, "{redlock}mn")
+	c.gone(t, 1, "{redlock}mn")
+}
+
+// The caller's ctx ends mid-fn: fn's ctx ends with it, the lock is still
+// released, and fn's error comes back.
+func TestUsingCallerCancels(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err := c.rl.Using(ctx, []string{"{redlock}cc"}, usingTTL, func(ctx context.Context) error {
+		waitCancelled(t, ctx, 5*time.Second)
+		return ctx.Err()
+	}, usingOpts...)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, redlock.ErrExtensionFailed)
+	for i := range 3 {
+		c.gone(t, i, "{redlock}cc")
+	}
+}
+
+// fn's error is returned as it is; a release error is joined to it.
+func TestUsingErrorsJoined(t *testing.T) {
+	errWork := errors.New("work failed")
+	c := newCluster(t, 3)
+	err := c.rl.Using(context.Background(), []string{"{redlock}e1"}, usingTTL, func(context.Context) error {
+		return errWork
+	}, usingOpts...)
+	assert.Same(t, errWork, err, "Using returns fn's error unchanged")
+	c.gone(t, 0, "{redlock}e1")
+
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	c = newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	err = c.rl.Using(context.Background(), []string{"{redlock}e2"}, time.Hour, func(context.Context) error {
+		nodes[1].Kill()
+		nodes[2].Kill()
+		return errWork
+	}, usingOpts...)
+	assert.ErrorIs(t, err, errWork, "fn's error")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee, "the release error is joined")
+	assert.Equal(t, redlock.OpRelease, ee.Op)
+}
+
+// A panic in fn releases the lock and goes on.
+func TestUsingPanic(t *testing.T) {
+	c := newCluster(t, 3)
+	func() {
+		defer func() {
+			assert.Equal(t, "boom", recover())
+		}()
+		_ = c.rl.Using(context.Background(), []string{"{redlock}p"}, usingTTL, func(context.Context) error {
+			panic("boom")
+		}, usingOpts...)
+	}()
+	for i := range 3 {
+		c.gone(t, i, "{redlock}p")
+	}
+}
+
+// ttlHook counts the script calls that carry a ttl argument: acquire and
+// extend do, release does not.
+type ttlHook struct {
+	ms int64
+	n  *atomic.Int32
+}
+
+func (h ttlHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h ttlHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if v, ok := a.(int64); ok && v == h.ms {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h ttlHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// No extension starts after fn returns (node-redlock leaks a timer that
+// extends the released lock and aborts its signal afterwards).
+func TestUsingNoExtensionAfterReturn(t *testing.T) {
+	c := newCluster(t, 3)
+	var sent atomic.Int32
+	for _, cl := range c.clients {
+		cl.AddHook(ttlHook{ms: usingTTL.Milliseconds(), n: &sent})
+	}
+	var fnCtx context.Context
+	for range 5 {
+		err := c.rl.Using(context.Background(), []string{"{redlock}na"}, usingTTL, func(ctx context.Context) error {
+			fnCtx = ctx
+			// Return right when the first extension is due.
+			time.Sleep(usingTTL - 150*time.Millisecond - 8*time.Millisecond)
+			return nil
+		}, usingOpts...)
+		require.NoError(t, err)
+		after := sent.Load()
+		require.Positive(t, after, "the hook sees the acquire calls")
+		time.Sleep(usingTTL)
+		assert.Equal(t, after, sent.Load(), "acquire/extend calls sent after Using returned")
+		assert.ErrorIs(t, context.Cause(fnCtx), context.Canceled, "fn's ctx ends plainly when Using returns")
+		assert.NotErrorIs(t, context.Cause(fnCtx), redlock.ErrExtensionFailed)
+	}
+}
+
+// Two Using calls on one resource run one after the other, never together.
+func TestUsingExclusive(t *testing.T) {
+	c := newCluster(t, 3)
+	var inside, violations atomic.Int32
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			done <- c.rl.Using(context.Background(), []string{"{redlock}ex"}, usingTTL, func(ctx context.Context) error {
+				if inside.Add(1) > 1 {
+					violations.Add(1)
+				}
+				time.Sleep(2 * usingTTL)
+				inside.Add(-1)
+				return context.Cause(ctx)
+			}, append(usingOpts, redlock.WithRetryCount(-1))...)
+		}()
+	}
+	for range 2 {
+		assert.NoError(t, <-done)
+	}
+	assert.Zero(t, violations.Load())
+}
+
+// Bad input is refused before anything is acquired; an acquire failure is
+// returned unchanged and fn never runs.
+func TestUsingValidationAndAcquireFailure(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	ran := false
+	fn := func(context.Context) error { ran = true; return nil }
+	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, nil), redlock.ErrInvalidArgument, "nil fn")
+	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, 599*time.Millisecond, fn), redlock.ErrInvalidArgument, "ttl < 500ms + 100ms")
+	assert.NoError(t, c.rl.Using(ctx, []string{"{redlock}v"}, 600*time.Millisecond, fn), "ttl = 500ms + 100ms")
+	assert.True(t, ran)
+	ran = false
+	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v", "{redlock}v"}, time.Second, fn), redlock.ErrInvalidArgument, "duplicate resources")
+	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(-1)), redlock.ErrInvalidArgument, "negative threshold")
+	for i := range 3 {
+		assert.Zero(t, c.dbsize(t, i))
+	}
+
+	held, err := c.rl.Acquire(ctx, []string{"{redlock}v"}, time.Hour)
+	require.NoError(t, err)
+	err = c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, fn, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	var ee *redlock.ExecutionError
+	assert.ErrorAs(t, err, &ee)
+	assert.False(t, ran, "fn ran without the lock")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+}
