@@ -9,8 +9,8 @@ import (
 // Lock is a lock held on a quorum of nodes, as returned by Acquire and
 // Extend. Its fields are fixed when it is made: Extend returns a new Lock
 // and spends this one, so that no two goroutines ever see a Lock change under
-// them. A Lock is safe for concurrent use; a nil *Lock is safe to Extend or
-// Release (both return an error).
+// them. A Lock is safe for concurrent use; a nil or zero *Lock is safe to
+// Extend or Release (both return an error matching ErrInvalidArgument).
 type Lock struct {
 	redlock    *Redlock
 	cfg        *config // the options it was acquired with
@@ -72,6 +72,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...Option) (*
 	if l == nil {
 		return nil, invalid("nil lock")
 	}
+	if l.redlock == nil {
+		return nil, invalid("zero Lock: locks come from Acquire or Extend")
+	}
 	return l.redlock.Extend(ctx, l, ttl, opts...)
 }
 
@@ -79,6 +82,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...Option) (*
 func (l *Lock) Release(ctx context.Context, opts ...Option) (*ExecutionResult, error) {
 	if l == nil {
 		return nil, invalid("nil lock")
+	}
+	if l.redlock == nil {
+		return nil, invalid("zero Lock: locks come from Acquire or Extend")
 	}
 	return l.redlock.Release(ctx, l, opts...)
 }

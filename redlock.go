@@ -84,10 +84,20 @@ func isNil(c redis.UniversalClient) bool {
 }
 
 // Nodes returns the number of nodes (the membership size).
-func (r *Redlock) Nodes() int { return len(r.nodes) }
+func (r *Redlock) Nodes() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.nodes)
+}
 
 // Quorum returns how many nodes must vote for an operation: n/2+1.
-func (r *Redlock) Quorum() int { return len(r.nodes)/2 + 1 }
+func (r *Redlock) Quorum() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.nodes)/2 + 1
+}
 
 // ExecutionStats describes one attempt of an operation on every node.
 //
@@ -444,6 +454,9 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 // match [ErrResourceLocked] on contention and ctx.Err() when ctx ended the
 // call; a quorum lost to node failures matches neither.
 func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if err := r.ready(ctx); err != nil {
+		return nil, err
+	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
 		return nil, err
@@ -497,7 +510,7 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 // quorum of nodes no longer holds it; matching ctx.Err() when ctx ended the
 // call; and matching neither when node failures kept it from a quorum.
 func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if err := r.owns(lock); err != nil {
+	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
 	cfg, err := lock.cfg.with(opts)
@@ -539,7 +552,7 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 // attempt did not find it on a quorum; matching ctx.Err() when ctx ended the
 // call; and matching neither when node failures kept it from a quorum.
 func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*ExecutionResult, error) {
-	if err := r.owns(lock); err != nil {
+	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
 	cfg, err := lock.cfg.with(opts)
@@ -563,11 +576,28 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
 }
 
-// owns refuses a nil Lock and a Lock acquired through another Redlock.
-func (r *Redlock) owns(lock *Lock) error {
+// ready refuses a nil Redlock, one not made by New, and a nil ctx.
+func (r *Redlock) ready(ctx context.Context) error {
+	if r == nil || r.cfg == nil {
+		return invalid("nil or zero Redlock: make one with New")
+	}
+	if ctx == nil {
+		return invalid("nil context")
+	}
+	return nil
+}
+
+// owns refuses a nil Lock, a zero Lock, and a Lock acquired through another
+// Redlock.
+func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	switch {
 	case lock == nil:
 		return invalid("nil lock")
+	case lock.redlock == nil:
+		return invalid("zero Lock: locks come from Acquire or Extend")
 	case lock.redlock != r:
 		return invalid("the lock was acquired through another Redlock")
 	}

@@ -36,6 +36,9 @@ import (
 // acquired, for a nil fn, a ttl less than the threshold + 100ms, and anything
 // Acquire refuses.
 func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
 		return err
