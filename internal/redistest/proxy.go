@@ -1,0 +1,265 @@
+package redistest
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Fault is what a Proxy does to the traffic it carries.
+type Fault int32
+
+// The faults a Proxy can inject. Each applies to open connections at once
+// and to new ones.
+const (
+	// Healthy forwards everything, after the configured latency.
+	Healthy Fault = iota
+	// Hang lets requests through to the node but drops every reply: the
+	// node acts on a command and the client never learns of it. Leaving
+	// Hang or Partition cuts the open connections, whose streams lost bytes.
+	Hang
+	// Partition drops traffic both ways: nothing reaches the node, nothing
+	// comes back. Connections stay open.
+	Partition
+	// Refuse closes the listening socket, so that new connections are
+	// refused; open ones are cut.
+	Refuse
+)
+
+// String names the fault.
+func (f Fault) String() string {
+	switch f {
+	case Healthy:
+		return "healthy"
+	case Hang:
+		return "hang"
+	case Partition:
+		return "partition"
+	case Refuse:
+		return "refuse"
+	}
+	return "unknown"
+}
+
+// Proxy is a loopback TCP proxy in front of a node, with faults that can be
+// switched at runtime. Its methods are safe for concurrent use.
+type Proxy struct {
+	tb     testing.TB
+	target string
+	addr   string
+
+	fault atomic.Int32
+	up    atomic.Int64 // latency client → node, in ns
+	down  atomic.Int64 // latency node → client, in ns
+
+	mu     sync.Mutex
+	ln     net.Listener // nil while refusing
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // the accept loop and every pipe goroutine
+}
+
+// NewProxy starts a proxy on a free loopback port in front of target, and
+// stops it when the test ends.
+func NewProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: proxy listen: %v", err)
+	}
+	p := &Proxy{tb: tb, target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p.serve(ln)
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's host:port, for the client.
+func (p *Proxy) Addr() string { return p.addr }
+
+// SetLatency delays each direction by the given amount (per chunk, order
+// kept, without limiting throughput).
+func (p *Proxy) SetLatency(up, down time.Duration) {
+	p.up.Store(int64(up))
+	p.down.Store(int64(down))
+}
+
+// Set switches the proxy to fault f.
+func (p *Proxy) Set(f Fault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	old := Fault(p.fault.Swap(int32(f)))
+	switch {
+	case f == Refuse && old != Refuse:
+		if p.ln != nil {
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		p.cutLocked()
+	case f != Refuse && old == Refuse:
+		ln, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			p.tb.Errorf("redistest: proxy re-listen on %s: %v", p.addr, err)
+			return
+		}
+		p.serveLocked(ln)
+	case old == Hang || old == Partition:
+		// Bytes were dropped: the RESP streams of the open connections are
+		// out of step. Cut them, as a real client would after its timeout.
+		p.cutLocked()
+	}
+}
+
+// Fault returns the current fault.
+func (p *Proxy) Fault() Fault { return Fault(p.fault.Load()) }
+
+// Heal removes the fault and the latency.
+func (p *Proxy) Heal() {
+	p.SetLatency(0, 0)
+	p.Set(Healthy)
+}
+
+// Cut closes every open connection once; new ones are accepted as before.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutLocked()
+}
+
+func (p *Proxy) cutLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Close stops the proxy and waits for its goroutines.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		if p.ln != nil {
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		p.cutLocked()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.serveLocked(ln)
+}
+
+func (p *Proxy) serveLocked(ln net.Listener) {
+	p.ln = ln
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.handle(c)
+		}
+	}()
+}
+
+// track registers a connection, or closes it when the proxy is closed.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) handle(client net.Conn) {
+	if !p.track(client) {
+		return
+	}
+	// Under Partition the connection to the node is made, but nothing
+	// passes over it until the fault is healed.
+	server, err := net.DialTimeout("tcp", p.target, time.Second)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if !p.track(server) {
+		_ = client.Close()
+		return
+	}
+	p.wg.Add(2)
+	go p.pipe(client, server, &p.up, false)
+	go p.pipe(server, client, &p.down, true)
+}
+
+// chunk is data read at a time, to be written after the latency.
+type chunk struct {
+	data []byte
+	at   time.Time
+}
+
+// pipe copies src to dst, applying the fault and latency of its direction.
+// A reader goroutine stamps chunks; this goroutine writes each one when its
+// latency has passed, so that latency does not limit throughput.
+func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
+	defer p.wg.Done()
+	queue := make(chan chunk, 1024)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(queue)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				switch Fault(p.fault.Load()) {
+				case Partition:
+					continue // dropped
+				case Hang:
+					if reply {
+						continue // the node answered; the answer is lost
+					}
+				}
+				queue <- chunk{data: buf[:n], at: time.Now().Add(time.Duration(latency.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range queue {
+		if d := time.Until(c.at); d > 0 {
+			time.Sleep(d)
+		}
+		// A fault switched on while the chunk waited applies to it too.
+		if f := Fault(p.fault.Load()); f == Partition || (f == Hang && reply) {
+			continue
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			break
+		}
+	}
+	// One side is gone: end both, so that the other direction ends too.
+	_ = src.Close()
+	_ = dst.Close()
+	for range queue { // let the reader finish
+	}
+	p.mu.Lock()
+	delete(p.conns, src)
+	delete(p.conns, dst)
+	p.mu.Unlock()
+}
+

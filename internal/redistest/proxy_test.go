@@ -1,0 +1,78 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quiet{}) }
+
+func TestProxyFaults(t *testing.T) {
+	nd := StartNode(t)
+	direct := nd.Client()
+	p := NewProxy(t, nd.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	ctx := context.Background()
+
+	require.NoError(t, c.Set(ctx, "k", "healthy", 0).Err(), "SET through a healthy proxy")
+	assert.Equal(t, "healthy", direct.Get(ctx, "k").Val())
+
+	p.SetLatency(30*time.Millisecond, 20*time.Millisecond)
+	begin := time.Now()
+	require.NoError(t, c.Ping(ctx).Err())
+	assert.GreaterOrEqual(t, time.Since(begin), 50*time.Millisecond, "PING round trip with 30ms+20ms latency")
+	p.SetLatency(0, 0)
+
+	p.Set(Hang)
+	err := c.Set(ctx, "k", "hang", 0).Err()
+	assert.Error(t, err, "SET through a hung proxy gets no answer")
+	assert.Eventually(t, func() bool { return direct.Get(ctx, "k").Val() == "hang" }, time.Second, 5*time.Millisecond,
+		"under Hang the node still acts on the command")
+
+	p.Set(Partition)
+	assert.Error(t, c.Set(ctx, "k", "partition", 0).Err(), "SET through a partition")
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, "hang", direct.Get(ctx, "k").Val(), "nothing crosses a partition")
+
+	p.Set(Refuse)
+	assert.Error(t, c.Ping(ctx).Err(), "PING while refusing")
+	p.Heal()
+	assert.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 2*time.Second, 10*time.Millisecond, "healed")
+
+	// Cut ends the open connections; the next command reconnects.
+	p.Cut()
+	_ = c.Ping(ctx).Err() // may fail on the cut connection
+	assert.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 2*time.Second, 10*time.Millisecond, "after Cut")
+}
+
+func TestNodeRestartLosesData(t *testing.T) {
+	nd := StartNode(t)
+	c := nd.Client(&redis.Options{MaxRetries: 3})
+	ctx := context.Background()
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	nd.Restart()
+	assert.Eventually(t, func() bool {
+		n, err := c.Exists(ctx, "k").Result()
+		return err == nil && n == 0
+	}, 2*time.Second, 10*time.Millisecond, "the key is gone after a restart")
+
+	nd.Pause()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	assert.Error(t, nd.Client(&redis.Options{ContextTimeoutEnabled: true}).Ping(short).Err(), "a paused node does not answer")
+	nd.Resume()
+	assert.NoError(t, c.Ping(ctx).Err())
+}
