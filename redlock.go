@@ -202,18 +202,35 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 		go r.call(callCtx, cfg, as, s, i, keys, args)
 	}
 
-	// A quorum for is out of reach once more than n-q nodes voted against.
-	// Deciding on either threshold is what keeps an even n from hanging on a
-	// split vote (node-redlock waits for a quorum of against that never
-	// comes when n=2 splits 1:1). Every node votes once, by the deadline at
-	// the latest, so this loop ends.
-	for len(st.VotesFor) < q && len(st.VotesAgainst) <= n-q {
+	// Every node votes once, by the deadline at the latest, and decided is
+	// true once all have voted, so this loop ends.
+	for {
+		if done, _ := decided(n, len(st.VotesFor), len(st.VotesAgainst)); done {
+			break
+		}
 		st.add(<-as.votes)
 	}
 	for all && len(st.VotesFor)+len(st.VotesAgainst) < n {
 		st.add(<-as.votes)
 	}
 	return st
+}
+
+// decided reports whether an attempt on n nodes with these votes has a
+// certain outcome, and whether that outcome is a quorum for (n/2+1 votes).
+// A quorum for is out of reach once more than n-q nodes voted against.
+// Deciding on either threshold is what keeps an even n from hanging on a
+// split vote: node-redlock waits for a quorum of votes against, which never
+// comes when n=2 splits 1:1. Once all n have voted, one of the two holds.
+func decided(n, votesFor, votesAgainst int) (done, won bool) {
+	q := n/2 + 1
+	switch {
+	case votesFor >= q:
+		return true, true
+	case votesAgainst > n-q:
+		return true, false
+	}
+	return false, false
 }
 
 // add records v in st.
@@ -266,9 +283,16 @@ func (r *Redlock) report(cfg *config, ne *NodeError) *NodeError {
 // drift is the part of a ttl that is not trusted because the nodes' clocks
 // may run at different rates: round(f*ttl) + 2ms, as in node-redlock (and
 // the Redis distlock spec's "small constant" for the Redis expiry resolution).
+//
+// A drift that would reach the ttl is capped at the ttl (no validity left,
+// which validateTTL refuses); the cap also keeps the conversion back to a
+// Duration from overflowing for ttls near the largest Duration.
 func drift(f float64, ttl time.Duration) time.Duration {
-	ms := math.Round(f * float64(ttl/time.Millisecond))
-	return time.Duration(ms)*time.Millisecond + 2*time.Millisecond
+	ms := math.Round(f*float64(ttl/time.Millisecond)) + 2
+	if ms >= float64(ttl/time.Millisecond) {
+		return ttl
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // validateTTL refuses a ttl that Redis cannot take or that leaves no validity.

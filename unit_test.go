@@ -26,6 +26,9 @@ func TestDrift(t *testing.T) {
 		{0.01, 49 * time.Millisecond, 2 * time.Millisecond},
 		{0, time.Hour, 2 * time.Millisecond},
 		{0.5, 200 * time.Millisecond, 102 * time.Millisecond},
+		{0, 2 * time.Millisecond, 2 * time.Millisecond},   // capped: no validity
+		{0.5, 3 * time.Millisecond, 3 * time.Millisecond}, // round(1.5)+2 = 4 > 3: capped
+		{0.9999999999999999, math.MaxInt64 / time.Millisecond * time.Millisecond, math.MaxInt64 / time.Millisecond * time.Millisecond}, // no overflow
 	}
 	for _, tc := range cases {
 		assert.Equal(t, tc.want, drift(tc.f, tc.ttl), "drift(%v, %v)", tc.f, tc.ttl)
