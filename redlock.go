@@ -160,9 +160,9 @@ type attemptState struct {
 // attempt runs s on every node at once and collects votes until the outcome
 // is certain. It returns when a quorum has voted either way, not when every
 // node has: a slow or hung minority never holds it up, and no node holds it
-// up for longer than timeout. With all set it waits for every node's vote
-// (still bounded by timeout), as the cleanup after a failed acquire does.
-func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration, all bool) ExecutionStats {
+// up for longer than timeout. With noWait it sends and returns at once,
+// collecting nothing, as the cleanup after a failed acquire does.
+func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration, noWait bool) ExecutionStats {
 	n := len(r.nodes)
 	q := n/2 + 1
 	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q, VotesFor: make([]int, 0, n)}
@@ -202,15 +202,15 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 		go r.call(callCtx, cfg, as, s, i, keys, args)
 	}
 
+	if noWait {
+		return st
+	}
 	// Every node votes once, by the deadline at the latest, and decided is
 	// true once all have voted, so this loop ends.
 	for {
 		if done, _ := decided(n, len(st.VotesFor), len(st.VotesAgainst)); done {
 			break
 		}
-		st.add(<-as.votes)
-	}
-	for all && len(st.VotesFor)+len(st.VotesAgainst) < n {
 		st.add(<-as.votes)
 	}
 	return st
@@ -366,7 +366,6 @@ type plan struct {
 	args  []any
 	ttl   time.Duration // acquire, extend: the new ttl, whose validity is checked
 	until time.Time     // extend, release: the existing lock's expiration
-	all   bool          // wait for every node's vote (the cleanup)
 }
 
 // outcome is what execute settled on.
@@ -405,7 +404,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// An answer after the validity is over could not be used.
 			timeout = min(timeout, p.ttl-d)
 		}
-		st := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout, p.all)
+		st := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout, false)
 		locked := 0 // votes that say "held by another" / "no longer ours"
 		for _, v := range st.VotesAgainst {
 			if _, ok := v.Err.(*ResourceLockedError); ok {
@@ -502,13 +501,12 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
 		if o.written {
-			// Remove what the attempts left on any node: one attempt that
-			// waits for every node (so that nothing of this lock is left
-			// when Acquire returns, unless a node timed out), and runs
-			// even when ctx has ended, bounded by the node timeout.
-			cleanup := *cfg
-			cleanup.retryCount = 0
-			r.execute(context.WithoutCancel(ctx), &cleanup, &plan{s: releaseScript, keys: keys, args: []any{value}, until: time.Now(), all: true})
+			// Remove what the attempts left on any node: a release sent
+			// to every node, even when ctx has ended, without waiting for
+			// the answers. A failed Acquire (a try-lock above all) then
+			// costs no extra round trip, and a cancelled one returns at
+			// once; the calls are bounded by the node timeout like any.
+			r.attempt(context.WithoutCancel(ctx), cfg, releaseScript, keys, []any{value}, cfg.nodeTimeout, true)
 		}
 		return nil, o.err
 	}

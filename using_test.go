@@ -271,14 +271,15 @@ func TestUsingValidationAndAcquireFailure(t *testing.T) {
 	fn := func(context.Context) error { ran = true; return nil }
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, nil), redlock.ErrInvalidArgument, "nil fn")
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, 599*time.Millisecond, fn), redlock.ErrInvalidArgument, "ttl < 500ms + 100ms")
-	assert.NoError(t, c.rl.Using(ctx, []string{"{redlock}v"}, 600*time.Millisecond, fn), "ttl = 500ms + 100ms")
-	assert.True(t, ran)
-	ran = false
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v", "{redlock}v"}, time.Second, fn), redlock.ErrInvalidArgument, "duplicate resources")
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(-1)), redlock.ErrInvalidArgument, "negative threshold")
 	for i := range 3 {
 		assert.Zero(t, c.dbsize(t, i))
 	}
+	assert.False(t, ran)
+	assert.NoError(t, c.rl.Using(ctx, []string{"{redlock}v"}, 600*time.Millisecond, fn), "ttl = 500ms + 100ms")
+	assert.True(t, ran)
+	ran = false
 
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}v"}, time.Hour)
 	require.NoError(t, err)

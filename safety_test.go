@@ -1,0 +1,324 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+var (
+	safetySections = flag.Int("safety.sections", 2000, "critical sections the safety harness runs (RELIABILITY.md figures: 20000 in .ci/run, 200000 at full size)")
+	safetyReport   = flag.String("safety.report", "", "write the safety harness's figures to this file")
+)
+
+// phase is one step of the fault schedule: what it does to the proxies and
+// nodes when it starts, and undoes when it ends. Every phase keeps the faulty
+// nodes a minority (at most 2 of 5), which is what Redlock claims to survive.
+type phase struct {
+	name  string
+	start func(h *harness)
+	end   func(h *harness)
+}
+
+// The schedule. A killed node is restarted (with its data lost) only after
+// the longest ttl in use has passed: the delayed-restart rule.
+var schedule = []phase{
+	{name: "healthy"},
+	{name: "1 node hung (requests applied, replies lost)",
+		start: func(h *harness) { h.proxies[0].Set(redistest.Hang) },
+		end:   func(h *harness) { h.proxies[0].Heal() }},
+	{name: "2 nodes slow (+20ms each way)",
+		start: func(h *harness) {
+			h.proxies[1].SetLatency(20*time.Millisecond, 20*time.Millisecond)
+			h.proxies[2].SetLatency(20*time.Millisecond, 20*time.Millisecond)
+		},
+		end: func(h *harness) { h.proxies[1].Heal(); h.proxies[2].Heal() }},
+	{name: "2 nodes partitioned",
+		start: func(h *harness) { h.proxies[3].Set(redistest.Partition); h.proxies[4].Set(redistest.Partition) },
+		end:   func(h *harness) { h.proxies[3].Heal(); h.proxies[4].Heal() }},
+	{name: "1 node refusing, 1 node's connections cut every 50ms",
+		start: func(h *harness) {
+			h.proxies[4].Set(redistest.Refuse)
+			h.cutter(h.proxies[0], 50*time.Millisecond)
+		},
+		end: func(h *harness) { h.stopCutter(); h.proxies[4].Heal() }},
+	{name: "1 node killed, restarted empty after the max ttl",
+		start: func(h *harness) {
+			h.nodes[2].Kill()
+			h.restartAfter(h.nodes[2], safetyTTL+100*time.Millisecond)
+		},
+		end: func(h *harness) { h.waitRestart() }},
+	{name: "1 node hung, 1 node slow (+50ms one way)",
+		start: func(h *harness) {
+			h.proxies[1].Set(redistest.Hang)
+			h.proxies[3].SetLatency(50*time.Millisecond, 0)
+		},
+		end: func(h *harness) { h.proxies[1].Heal(); h.proxies[3].Heal() }},
+}
+
+const (
+	safetyNodes   = 5
+	safetyWorkers = 8
+	safetyKeys    = 4
+	safetyTTL     = 500 * time.Millisecond
+	phaseLength   = 1500 * time.Millisecond
+)
+
+// harness holds the nodes, their proxies and the fault machinery.
+type harness struct {
+	nodes   []*redistest.Node
+	proxies []*redistest.Proxy
+
+	cutStop chan struct{}
+	cutDone chan struct{}
+	restart chan struct{}
+}
+
+func (h *harness) cutter(p *redistest.Proxy, every time.Duration) {
+	h.cutStop, h.cutDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(h.cutDone)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.cutStop:
+				return
+			case <-t.C:
+				p.Cut()
+			}
+		}
+	}()
+}
+
+func (h *harness) stopCutter() { close(h.cutStop); <-h.cutDone }
+
+func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
+	h.restart = make(chan struct{})
+	go func() {
+		defer close(h.restart)
+		time.Sleep(d)
+		nd.Restart()
+	}()
+}
+
+func (h *harness) waitRestart() { <-h.restart }
+
+// phaseStats are the figures of one phase.
+type phaseStats struct {
+	mu         sync.Mutex
+	sections   int
+	violations int
+	locked     int // acquires lost to contention
+	failed     int // acquires lost to node failures
+	relFailed  int // releases that failed
+	handoffs   int
+	latencies  []time.Duration // of successful acquires
+}
+
+// TestSafety runs W workers, each with its own Redlock and its own clients
+// (as separate processes would have), contending for a few resources with a
+// short critical section while the fault schedule runs. An in-process
+// witness counts two holders inside one resource's critical section at once.
+// It must count none.
+//
+//	go test -run TestSafety -count=1 . -safety.sections 20000 -safety.report /tmp/safety.txt
+func TestSafety(t *testing.T) {
+	redistest.Require(t)
+	h := &harness{nodes: redistest.Start(t, safetyNodes)}
+	for _, nd := range h.nodes {
+		h.proxies = append(h.proxies, redistest.NewProxy(t, nd.Addr()))
+	}
+	rls := make([]*redlock.Redlock, safetyWorkers)
+	for w := range rls {
+		var cs []redis.UniversalClient
+		for _, p := range h.proxies {
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
+				ReadTimeout: time.Second, PoolSize: 4})
+			t.Cleanup(func() { _ = c.Close() })
+			cs = append(cs, c)
+		}
+		rl, err := redlock.New(cs, redlock.WithNodeTimeout(100*time.Millisecond),
+			redlock.WithRetryCount(3), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(5*time.Millisecond))
+		require.NoError(t, err)
+		rls[w] = rl
+	}
+
+	target := *safetySections
+	stats := make([]*phaseStats, len(schedule))
+	for i := range stats {
+		stats[i] = &phaseStats{}
+	}
+	var current atomic.Int32 // index of the running phase
+	var total atomic.Int64
+	stop := make(chan struct{})
+
+	// The witness: who is inside each resource's critical section.
+	type holder struct {
+		worker int
+		lock   *redlock.Lock
+	}
+	var inside [safetyKeys]atomic.Pointer[holder]
+	var last [safetyKeys]atomic.Int32 // the worker that held it last
+
+	var wg sync.WaitGroup
+	for w := range safetyWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			ctx := context.Background()
+			for total.Load() < int64(target) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := rng.IntN(safetyKeys)
+				ps := stats[current.Load()]
+				begin := time.Now()
+				lock, err := rls[w].Acquire(ctx, []string{fmt.Sprintf("{safety}%d", k)}, safetyTTL)
+				took := time.Since(begin)
+				if err != nil {
+					ps.mu.Lock()
+					if errors.Is(err, redlock.ErrResourceLocked) {
+						ps.locked++
+					} else {
+						ps.failed++
+					}
+					ps.mu.Unlock()
+					continue
+				}
+				me := &holder{worker: w, lock: lock}
+				violation := false
+				// Another holder inside, whose lock is still valid by its
+				// own account, is two holders at once.
+				if prev := inside[k].Swap(me); prev != nil && prev.lock.Valid() {
+					violation = true
+				}
+				for range 3 {
+					time.Sleep(50 * time.Microsecond) // the critical section
+				}
+				if cur := inside[k].Load(); cur != me && cur != nil && cur.lock.Valid() && lock.Valid() {
+					violation = true
+				}
+				inside[k].CompareAndSwap(me, nil)
+				handoff := last[k].Swap(int32(w)) != int32(w)
+				_, relErr := lock.Release(ctx)
+				total.Add(1)
+				ps.mu.Lock()
+				ps.sections++
+				ps.latencies = append(ps.latencies, took)
+				if violation {
+					ps.violations++
+				}
+				if handoff {
+					ps.handoffs++
+				}
+				if relErr != nil {
+					ps.relFailed++
+				}
+				ps.mu.Unlock()
+			}
+		}()
+	}
+
+	// The fault schedule runs until the workers have done their sections.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	deadline := time.After(10 * time.Minute)
+	for i := 0; ; i++ {
+		p := schedule[i%len(schedule)]
+		current.Store(int32(i % len(schedule)))
+		if p.start != nil {
+			p.start(h)
+		}
+		timer := time.NewTimer(phaseLength)
+		finished := false
+		select {
+		case <-timer.C:
+		case <-done:
+			finished = true
+		case <-deadline:
+			close(stop)
+			<-done
+			finished = true
+			t.Errorf("the harness did not finish %d sections within 10 minutes (did %d)", target, total.Load())
+		}
+		timer.Stop()
+		if p.end != nil {
+			p.end(h)
+		}
+		if finished {
+			break
+		}
+	}
+
+	report := safetyTable(stats, target)
+	t.Log("\n" + report)
+	if *safetyReport != "" {
+		require.NoError(t, os.WriteFile(*safetyReport, []byte(report), 0o644))
+	}
+	violations := 0
+	for i, ps := range stats {
+		violations += ps.violations
+		if ps.sections == 0 && target >= 20000 {
+			t.Errorf("phase %q ran no critical section", schedule[i].name)
+		}
+	}
+	assert.Zero(t, violations, "mutual-exclusion violations")
+	assert.GreaterOrEqual(t, total.Load(), int64(target))
+}
+
+// safetyTable formats the figures as a Markdown table.
+func safetyTable(stats []*phaseStats, target int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d nodes, %d workers (separate Redlocks), %d resources, ttl %v, node timeout 100ms, target %d sections\n\n",
+		safetyNodes, safetyWorkers, safetyKeys, safetyTTL, target)
+	b.WriteString("| fault phase | critical sections | violations | hand-offs | lost to contention | lost to faults | failed releases | acquire p50 | p99 | max |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	var all phaseStats
+	for i, ps := range stats {
+		ps.mu.Lock()
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", schedule[i].name, ps.sections, ps.violations, ps.handoffs,
+			ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies))
+		all.sections += ps.sections
+		all.violations += ps.violations
+		all.handoffs += ps.handoffs
+		all.locked += ps.locked
+		all.failed += ps.failed
+		all.relFailed += ps.relFailed
+		all.latencies = append(all.latencies, ps.latencies...)
+		ps.mu.Unlock()
+	}
+	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %s |\n", all.sections, all.violations, all.handoffs,
+		all.locked, all.failed, all.relFailed, percentiles(all.latencies))
+	return b.String()
+}
+
+func percentiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "- | - | -"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	return fmt.Sprintf("%s | %s | %s", r(at(0.5)), r(at(0.99)), r(s[len(s)-1]))
+}
