@@ -262,4 +262,3 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
 	delete(p.conns, dst)
 	p.mu.Unlock()
 }
-
