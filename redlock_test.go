@@ -572,64 +572,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 	require.NoError(t, err, "Release after SCRIPT FLUSH")
 }
 
-// Bad input is refused before anything reaches Redis.
-func TestBadInputSendsNothing(t *testing.T) {
-	c := newCluster(t, 3)
-	ctx := context.Background()
-	var sent atomic.Int32
-	for _, cl := range c.clients {
-		cl.AddHook(countHook{&sent})
-	}
-	cases := []struct {
-		name string
-		keys []string
-		ttl  time.Duration
-		opts []redlock.Option
-	}{
-		{"no resources", nil, time.Second, nil},
-		{"empty resource", []string{"a", ""}, time.Second, nil},
-		{"duplicate resource", []string{"a", "b", "a"}, time.Second, nil},
-		{"zero ttl", []string{"a"}, 0, nil},
-		{"negative ttl", []string{"a"}, -time.Second, nil},
-		{"fractional ttl", []string{"a"}, 1500 * time.Microsecond, nil},
-		{"ttl within drift", []string{"a"}, 2 * time.Millisecond, nil},
-		{"drift 1", []string{"a"}, time.Second, []redlock.Option{redlock.WithDriftFactor(1)}},
-		{"retry count -2", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryCount(-2)}},
-		{"negative delay", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryDelay(-1)}},
-		{"negative jitter", []string{"a"}, time.Second, []redlock.Option{redlock.WithRetryJitter(-1)}},
-		{"zero node timeout", []string{"a"}, time.Second, []redlock.Option{redlock.WithNodeTimeout(0)}},
-	}
-	for _, tc := range cases {
-		l, err := c.rl.Acquire(ctx, tc.keys, tc.ttl, tc.opts...)
-		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Acquire(%s)", tc.name)
-		assert.Nil(t, l, "Acquire(%s)", tc.name)
-	}
-	var nilLock *redlock.Lock
-	_, err := nilLock.Release(ctx)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "nil Lock.Release")
-	_, err = nilLock.Extend(ctx, time.Second)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "nil Lock.Extend")
-	_, err = c.rl.Release(ctx, nil)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Release(nil)")
-	_, err = c.rl.Extend(ctx, nil, time.Second)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Extend(nil)")
-	assert.Zero(t, sent.Load(), "commands sent for bad input")
-	for i := range 3 {
-		assert.Zero(t, c.dbsize(t, i))
-	}
-
-	// A Lock must go back to the Redlock that made it.
-	other := newCluster(t, 1)
-	l, err := other.rl.Acquire(ctx, []string{"a"}, long)
-	require.NoError(t, err)
-	_, err = c.rl.Release(ctx, l)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Release(lock of another Redlock)")
-	_, err = l.Extend(ctx, 3*time.Microsecond)
-	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Extend(bad ttl)")
-	_, err = l.Release(ctx)
-	require.NoError(t, err)
-}
-
+// countHook counts the commands a client sends.
 type countHook struct{ n *atomic.Int32 }
 
 func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
