@@ -32,8 +32,12 @@
 //     end when the node answers or the client times out.
 //   - An attempt that reaches a quorum only after the lock's validity has
 //     passed is a failure, and is cleaned up.
-//   - A node that already holds this lock's own value votes for it, so a retry
-//     is not refused by the node that an earlier attempt won.
+//   - A failed acquire attempt releases what it wrote before the next one,
+//     and every attempt writes a value of its own (so that release can never
+//     delete a later attempt's keys). A retry is not refused by the node an
+//     earlier attempt won, and waiters on one resource never split the nodes
+//     between them (with node-redlock's kept partial holds, 8 waiters with
+//     unlimited retries on 5 nodes can livelock until they give up).
 //   - Extend and Release of a lock that has expired, was taken over, or was
 //     already released or extended end at once with [ErrLockExpired] instead
 //     of retrying for the whole retry window (or for ever).

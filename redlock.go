@@ -372,10 +372,8 @@ type plan struct {
 type outcome struct {
 	attempts []ExecutionStats
 	win      *ExecutionStats // the successful attempt, or nil
+	value    string          // acquire: the successful attempt's value
 	err      *ExecutionError
-	// written reports that some node may hold this lock's value: a vote for,
-	// or a vote against that was not a clear "held by another".
-	written bool
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -399,6 +397,15 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if p.s.op == OpExtend && !time.Now().Before(p.until) {
 			return fail("cannot extend an already-expired lock", ErrLockExpired, nil)
 		}
+		if p.s.op == OpAcquire {
+			// Every acquire attempt writes a value of its own, so that the
+			// release of a failed attempt's partial writes (sent without
+			// waiting, below) can never delete what a later attempt
+			// wrote, whatever order the commands reach a node in. A fresh
+			// slice: the previous attempt's goroutines may still read theirs.
+			o.value = randomValue()
+			p.args = []any{o.value, p.args[1]}
+		}
 		timeout := cfg.nodeTimeout
 		if p.ttl > 0 {
 			// An answer after the validity is over could not be used.
@@ -410,11 +417,6 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			if _, ok := v.Err.(*ResourceLockedError); ok {
 				locked++
 			}
-		}
-		// Only a node that said "held by another" surely wrote nothing; a
-		// vote for, an error, or no answer yet may all mean a write.
-		if locked < n {
-			o.written = true
 		}
 		if len(st.VotesFor) >= q {
 			// The Redlock spec's step 4: the lock is only held if some
@@ -432,6 +434,18 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if len(st.VotesFor) >= q && !st.Late {
 			o.win = last
 			return o
+		}
+		// A failed acquire attempt releases what it may have written
+		// before anything else happens (the Redlock spec; node-redlock v5
+		// keeps partial holds across retries, and waiters on one resource
+		// can then split the nodes between them until they give up).
+		// Only a node that said "held by another" surely wrote nothing; a
+		// vote for, an error, or no answer yet may all mean a write. The
+		// release is sent to every node, even when ctx has ended, and not
+		// waited for: a failed or cancelled Acquire returns at once, and
+		// the calls are bounded by the node timeout like any.
+		if p.s.op == OpAcquire && locked < n {
+			r.attempt(context.WithoutCancel(ctx), cfg, releaseScript, p.keys, []any{o.value}, cfg.nodeTimeout, true)
 		}
 
 		// A quorum of "not held" for extend or release cannot change by
@@ -463,8 +477,8 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 
 // Acquire locks resources for ttl on a quorum of nodes and returns the Lock.
 // All resources are locked together or none is. Failed attempts are retried
-// as the options say (Default: 10 retries, 200ms ± 100ms apart); after the
-// last one, whatever the attempts wrote is released.
+// as the options say (Default: 10 retries, 200ms ± 100ms apart); whatever a
+// failed attempt wrote is released before the next one.
 //
 // The Lock's expiration is the start of the successful attempt + ttl - drift
 // ([WithDriftFactor]); an attempt that reaches a quorum only after that time
@@ -496,25 +510,17 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 // acquire is Acquire after validation.
 func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
 	keys := append([]string(nil), resources...) // the caller may reuse theirs
-	value := randomValue()
-	p := plan{s: acquireScript, keys: keys, args: []any{value, int64(ttl / time.Millisecond)}, ttl: ttl}
+	// execute draws each attempt's value; args[1] is the ttl.
+	p := plan{s: acquireScript, keys: keys, args: []any{nil, int64(ttl / time.Millisecond)}, ttl: ttl}
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
-		if o.written {
-			// Remove what the attempts left on any node: a release sent
-			// to every node, even when ctx has ended, without waiting for
-			// the answers. A failed Acquire (a try-lock above all) then
-			// costs no extra round trip, and a cancelled one returns at
-			// once; the calls are bounded by the node timeout like any.
-			r.attempt(context.WithoutCancel(ctx), cfg, releaseScript, keys, []any{value}, cfg.nodeTimeout, true)
-		}
 		return nil, o.err
 	}
 	return &Lock{
 		redlock:    r,
 		cfg:        cfg,
 		resources:  keys,
-		value:      value,
+		value:      o.value,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 	}, nil

@@ -311,16 +311,16 @@ func TestEvenSplitDoesNotHang(t *testing.T) {
 	c.gone(t, 0, "{redlock}s") // the node the attempt won is cleaned up
 }
 
-// Fixed: a node that holds this lock's own value counts for it, so that a
-// retry is not refused by the node the previous attempt won (node-redlock
-// §4.6: it fails here although it could hold 2 of 3 nodes).
-func TestRetryNotBlockedByOwnValue(t *testing.T) {
+// Fixed: a retry is not refused by the node the previous attempt won
+// (node-redlock §4.6: it fails here although it could hold 2 of 3 nodes),
+// because a failed attempt releases what it wrote.
+func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
 	c := newCluster(t, 3)
 	c.set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
 	c.set(t, 2, "{redlock}o", "other", 0)                    // never frees up
 	lock, err := c.rl.Acquire(within(t, 10*time.Second), []string{"{redlock}o"}, long,
 		redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
-	require.NoError(t, err, "Acquire while node 1 holds our own value from attempt 1")
+	require.NoError(t, err, "Acquire after attempt 1 won node 1 only")
 	require.Greater(t, len(lock.Attempts()), 1)
 	last := lock.Attempts()[len(lock.Attempts())-1]
 	assert.ElementsMatch(t, []int{0, 1}, last.VotesFor)
@@ -624,4 +624,39 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, violations.Load(), "two holders of one lock at once")
 	assert.Positive(t, acquired.Load())
+}
+
+// Fixed: waiters on one resource never split the nodes between them. With
+// partial holds kept across retries (node-redlock v5), 8 waiters with
+// unlimited retries on 5 nodes each keep a node or two, refresh them on
+// every retry, and none reaches a quorum until they give up. Each failed
+// attempt now releases what it wrote, so every waiter gets its turn.
+func TestWaitersDoNotSplitTheNodes(t *testing.T) {
+	c := newCluster(t, 5)
+	var inside, violations atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				l, err := c.rl.Acquire(ctx, []string{"{redlock}busy"}, 10*time.Second,
+					redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(5*time.Millisecond))
+				cancel()
+				if !assert.NoError(t, err, "a waiter never got the lock") {
+					return
+				}
+				if inside.Add(1) > 1 {
+					violations.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				_, err = l.Release(context.Background())
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load())
 }

@@ -18,11 +18,11 @@ import (
 // client sees a half-applied lock.
 const (
 	// acquireSrc differs from node-redlock's in one place: a key that already
-	// holds this lock's own value does not block it. A retry would otherwise
-	// be refused by the node that the previous attempt won, and a caller that
-	// holds a majority could fail (node-redlock §4.6). Setting the key again
-	// resets its ttl from this attempt's start, which is the start the
-	// expiration is computed from.
+	// holds this attempt's own value does not block it. go-redis resends a
+	// command after a network error (MaxRetries), and the first send may
+	// have run: the resend then counts for us instead of blocking itself.
+	// Setting the key again resets its ttl from this attempt's start, which
+	// is the start the expiration is counted from.
 	acquireSrc = `
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
