@@ -155,14 +155,21 @@ type attemptState struct {
 	left   atomic.Int32   // goroutines still running; the last one cleans up
 	stop   func() bool    // unregisters the deadline's AfterFunc
 	cancel context.CancelFunc
+
+	// For the release of a failed acquire attempt (see releaseAttempt).
+	base    context.Context // the caller's ctx without its cancellation
+	cfg     *config
+	keys    []string
+	value   any
+	clean   []atomic.Bool // the node surely wrote nothing (held by another)
+	release atomic.Bool   // the attempt failed: release on every node
 }
 
 // attempt runs s on every node at once and collects votes until the outcome
 // is certain. It returns when a quorum has voted either way, not when every
 // node has: a slow or hung minority never holds it up, and no node holds it
-// up for longer than timeout. With noWait it sends and returns at once,
-// collecting nothing, as the cleanup after a failed acquire does.
-func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration, noWait bool) ExecutionStats {
+// up for longer than timeout.
+func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration) (ExecutionStats, *attemptState) {
 	n := len(r.nodes)
 	q := n/2 + 1
 	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q, VotesFor: make([]int, 0, n)}
@@ -174,6 +181,9 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 	// goroutine to finish cancels it.
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	as := &attemptState{votes: make(chan vote, n), calls: make([]atomic.Int32, n), cancel: cancel}
+	if s.op == OpAcquire {
+		as.base, as.cfg, as.keys, as.value, as.clean = context.WithoutCancel(ctx), cfg, keys, args[0], make([]atomic.Bool, n)
+	}
 	as.left.Store(int32(n))
 	// At the deadline (or when the caller's ctx ends), every call still
 	// running votes against in its node's place. This does not wait for the
@@ -202,9 +212,6 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 		go r.call(callCtx, cfg, as, s, i, keys, args)
 	}
 
-	if noWait {
-		return st
-	}
 	// Every node votes once, by the deadline at the latest, and decided is
 	// true once all have voted, so this loop ends.
 	for {
@@ -213,7 +220,7 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 		}
 		st.add(<-as.votes)
 	}
-	return st
+	return st, as
 }
 
 // decided reports whether an attempt on n nodes with these votes has a
@@ -249,17 +256,54 @@ func (r *Redlock) call(ctx context.Context, cfg *config, as *attemptState, s *sc
 	var ne *NodeError
 	if err := s.run(ctx, r.nodes[i].client, keys, args); err != nil {
 		ne = &NodeError{Node: i, Op: s.op, Err: err}
+		if _, ok := err.(*ResourceLockedError); ok && as.clean != nil {
+			as.clean[i].Store(true)
+		}
 	}
 	if as.calls[i].CompareAndSwap(callRunning, callDone) {
 		if ne != nil {
 			r.report(cfg, ne)
 		}
 		as.votes <- vote{node: i, err: ne}
-		return
+	} else {
+		// The deadline voted for this call and reported it; the late
+		// answer is dropped.
+		r.nodes[i].outstanding.Add(-1)
 	}
-	// The deadline voted for this call and reported it; the late answer
-	// is dropped.
-	r.nodes[i].outstanding.Add(-1)
+	// A failed acquire attempt is released on this node only now that this
+	// node's acquire has returned: sent earlier, on another connection, the
+	// release could reach the node first and the acquire then stay behind.
+	if as.release.Load() && !as.clean[i].Load() {
+		r.releaseNode(as, i)
+	}
+}
+
+// releaseAttempt releases a failed acquire attempt's value on every node
+// that may have written it, without waiting: at once on the nodes whose call
+// has returned, and from each other node's own goroutine once its call
+// returns (see call). The flag is set before the states are read and each
+// goroutine sets its state before it reads the flag, so no node is missed; a
+// node may be released twice, which is harmless.
+func (r *Redlock) releaseAttempt(as *attemptState) {
+	as.release.Store(true)
+	for i := range r.nodes {
+		if as.calls[i].Load() != callRunning && !as.clean[i].Load() && r.nodes[i].outstanding.Load() < maxOutstanding {
+			go r.releaseNode(as, i)
+		}
+	}
+}
+
+// releaseNode runs the release script for as's value on node i, bounded by
+// the node timeout (where the client honours it), reporting a failure.
+func (r *Redlock) releaseNode(as *attemptState, i int) {
+	ctx, cancel := context.WithTimeout(as.base, as.cfg.nodeTimeout)
+	defer cancel()
+	if err := releaseScript.run(ctx, r.nodes[i].client, as.keys, []any{as.value}); err != nil {
+		var rle *ResourceLockedError
+		if !errors.As(err, &rle) { // "not there" is what a partial attempt leaves
+			r.report(as.cfg, &NodeError{Node: i, Op: OpRelease, Err: err})
+		}
+	}
 }
 
 // finish marks one of the attempt's goroutines done. The last one stops the
@@ -411,7 +455,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// An answer after the validity is over could not be used.
 			timeout = min(timeout, p.ttl-d)
 		}
-		st := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout, false)
+		st, as := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout)
 		locked := 0 // votes that say "held by another" / "no longer ours"
 		for _, v := range st.VotesAgainst {
 			if _, ok := v.Err.(*ResourceLockedError); ok {
@@ -441,11 +485,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		// can then split the nodes between them until they give up).
 		// Only a node that said "held by another" surely wrote nothing; a
 		// vote for, an error, or no answer yet may all mean a write. The
-		// release is sent to every node, even when ctx has ended, and not
-		// waited for: a failed or cancelled Acquire returns at once, and
-		// the calls are bounded by the node timeout like any.
+		// release runs even when ctx has ended, and is not waited for: a
+		// failed or cancelled Acquire returns at once.
 		if p.s.op == OpAcquire && locked < n {
-			r.attempt(context.WithoutCancel(ctx), cfg, releaseScript, p.keys, []any{o.value}, cfg.nodeTimeout, true)
+			r.releaseAttempt(as)
 		}
 
 		// A quorum of "not held" for extend or release cannot change by
