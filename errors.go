@@ -139,8 +139,8 @@ func (e *ExecutionError) Error() string {
 		if last.Late {
 			b.WriteString(", validity passed before the quorum")
 		}
-		if len(last.VotesAgainst) > 0 {
-			fmt.Fprintf(&b, "; node %d: %v", last.VotesAgainst[0].Node, last.VotesAgainst[0].Err)
+		for _, v := range last.VotesAgainst {
+			fmt.Fprintf(&b, "; node %d: %v", v.Node, v.Err)
 		}
 		b.WriteString(")")
 	}
