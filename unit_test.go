@@ -174,7 +174,7 @@ func (f *fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any)
 	return f.answer(ctx)
 }
 
-func newFake(t *testing.T, nodes []*fakeScripter, opts ...Option) *Redlock {
+func newFake(t testing.TB, nodes []*fakeScripter, opts ...Option) *Redlock {
 	t.Helper()
 	cs := make([]redis.UniversalClient, len(nodes))
 	for i, n := range nodes {
