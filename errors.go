@@ -111,9 +111,9 @@ func (e *NodeTimeoutError) Error() string {
 // operation did not reach a quorum. Attempts holds the statistics of each
 // attempt (only the last one when retries are unlimited).
 //
-// It matches [ErrResourceLocked] when the last attempt was lost to other
-// holders, [ErrLockExpired] when the lock is no longer held, and the
-// context's error when the call was cut short by ctx. A quorum lost to node
+// It matches [ErrResourceLocked] when the last attempt that ctx did not cut
+// short was lost to other holders, [ErrLockExpired] when the lock is no
+// longer held, and the context's error when the call was cut short by ctx. A quorum lost to node
 // failures matches neither sentinel; the node errors are in Attempts.
 type ExecutionError struct {
 	Op        Op

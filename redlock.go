@@ -39,6 +39,7 @@ type node struct {
 	// outstanding counts this node's calls that passed their timeout and
 	// have not returned yet (see maxOutstanding).
 	outstanding atomic.Int32
+	batch       batcher
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -253,8 +254,14 @@ func (st *ExecutionStats) add(v vote) {
 // voted for it.
 func (r *Redlock) call(ctx context.Context, cfg *config, as *attemptState, s *script, i int, keys []string, args []any) {
 	defer as.finish()
+	nd := r.nodes[i]
 	var ne *NodeError
-	if err := s.run(ctx, r.nodes[i].client, keys, args); err != nil {
+	lead, err := nd.batch.do(ctx, nd.client, s, keys, args)
+	if lead {
+		// Our own vote first; then run the calls that queued behind ours.
+		defer nd.batch.lead(nd.client)
+	}
+	if err != nil {
 		ne = &NodeError{Node: i, Op: s.op, Err: err}
 		if _, ok := err.(*ResourceLockedError); ok && as.clean != nil {
 			as.clean[i].Store(true)
@@ -433,6 +440,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	}
 	n, q := len(r.nodes), r.Quorum()
 	unlimited := cfg.retryCount == -1
+	var sentinel error // ErrResourceLocked when the last whole attempt was lost to contention
 	var d time.Duration
 	if p.ttl > 0 {
 		d = drift(cfg.driftFactor, p.ttl)
@@ -496,12 +504,14 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if p.s.op != OpAcquire && locked > n-q {
 			return fail("the lock is no longer held by a quorum", ErrLockExpired, nil)
 		}
-		var sentinel error
-		if p.s.op == OpAcquire && locked > n-q {
-			sentinel = ErrResourceLocked
-		}
+		// Contention is judged on the last attempt that ctx did not cut
+		// short: one cut mid-way holds ctx errors, not the nodes' answers.
 		if err := ctx.Err(); err != nil {
 			return fail("cut short", sentinel, err)
+		}
+		sentinel = nil
+		if p.s.op == OpAcquire && locked > n-q {
+			sentinel = ErrResourceLocked
 		}
 		// A release after the lock's validity has passed gets one attempt
 		// (to delete what may be left), not a retry window (node-redlock

@@ -87,6 +87,11 @@ func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, args 
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		res, err = c.Eval(ctx, s.src, keys, args...).Result()
 	}
+	return s.judge(res, err, len(keys))
+}
+
+// judge turns a script's answer into a vote.
+func (s *script) judge(res any, err error, keys int) error {
 	if err != nil {
 		return err
 	}
@@ -94,8 +99,8 @@ func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, args 
 	if !ok {
 		return fmt.Errorf("redlock: unexpected result of type %T returned from redis", res)
 	}
-	if n != int64(len(keys)) {
-		return &ResourceLockedError{Op: s.op, Applied: n, Requested: len(keys)}
+	if n != int64(keys) {
+		return &ResourceLockedError{Op: s.op, Applied: n, Requested: keys}
 	}
 	return nil
 }
