@@ -174,6 +174,32 @@ func (f *fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any)
 	return f.answer(ctx)
 }
 
+// Pipelined answers a batch as the fake answers single calls: the commands
+// are queued on a pipeline of a client that never connects, and answered here.
+func (f *fakeScripter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	pipe := c.Pipeline()
+	if err := fn(pipe); err != nil {
+		return nil, err
+	}
+	var cmds []redis.Cmder
+	for _, cmd := range f.batchCmds(pipe) {
+		answer := f.answer(ctx)
+		if c, ok := cmd.(*redis.Cmd); ok {
+			c.SetVal(answer.Val())
+			c.SetErr(answer.Err())
+		}
+		cmds = append(cmds, cmd)
+	}
+	return cmds, nil
+}
+
+// batchCmds returns the commands queued on pipe, without sending them.
+func (f *fakeScripter) batchCmds(pipe redis.Pipeliner) []redis.Cmder {
+	return pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
+}
+
 func newFake(t testing.TB, nodes []*fakeScripter, opts ...Option) *Redlock {
 	t.Helper()
 	cs := make([]redis.UniversalClient, len(nodes))
