@@ -45,6 +45,14 @@
 //     refused before anything is sent, with an error matching
 //     [ErrInvalidArgument] that names the bad value.
 //
+// # Performance
+//
+// Concurrent calls to the same node are sent together as one pipeline: the
+// node goroutine that finds a node idle runs its own call, hands in its
+// vote, and then sends whatever queued meanwhile in one write. A Redlock
+// shared by many goroutines therefore makes far fewer round trips than it
+// serves calls; a single goroutine pays one round trip per node per call.
+//
 // # Errors
 //
 // Callers branch with [errors.Is]: [ErrResourceLocked] (the quorum was lost to
