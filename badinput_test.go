@@ -25,7 +25,7 @@ func TestBadInputCampaign(t *testing.T) {
 	c := newCluster(t, 3)
 	var sent atomic.Int32
 	for _, cl := range c.clients {
-		cl.AddHook(countHook{&sent})
+		cl.AddHook(countingHook(&sent))
 	}
 	ctx := context.Background()
 	var nilCtx context.Context // a nil ctx, as a careless caller passes it
@@ -128,7 +128,7 @@ func TestBadInputCampaign(t *testing.T) {
 
 	otherSent := atomic.Int32{}
 	for _, cl := range other.clients {
-		cl.AddHook(countHook{&otherSent})
+		cl.AddHook(countingHook(&otherSent))
 	}
 	for _, cl := range calls {
 		var err error

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,4 +99,41 @@ func (c *cluster) gone(t *testing.T, i int, key string) {
 		n, err := c.peek[i].Exists(context.Background(), key).Result()
 		return err == nil && n == 0
 	}, 2*time.Second, time.Millisecond, "%s still on node %d", key, i)
+}
+
+// hook runs onCmd before every command a client sends, alone or in a
+// pipeline, and onPipeline before every pipeline; either may be nil.
+type hook struct {
+	onCmd      func(redis.Cmder)
+	onPipeline func([]redis.Cmder)
+}
+
+func (hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.onCmd != nil {
+			h.onCmd(cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.onPipeline != nil {
+			h.onPipeline(cmds)
+		}
+		if h.onCmd != nil {
+			for _, c := range cmds {
+				h.onCmd(c)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// countingHook counts every command a client sends.
+func countingHook(n *atomic.Int32) hook {
+	return hook{onCmd: func(redis.Cmder) { n.Add(1) }}
 }

@@ -373,26 +373,12 @@ func TestStolenLockEndsAtOnce(t *testing.T) {
 	}
 }
 
-// slowHook delays every command on a client by d.
-type slowHook struct{ d time.Duration }
-
-func (slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		time.Sleep(h.d)
-		return next(ctx, cmd)
-	}
-}
-func (slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // Fixed: a quorum reached only after the validity has passed is a failure,
 // and what it wrote is cleaned up (node-redlock returns an expired Lock).
 func TestLateQuorumIsFailure(t *testing.T) {
 	c := newCluster(t, 3, redlock.WithNodeTimeout(time.Second))
 	for _, cl := range c.clients {
-		cl.AddHook(slowHook{d: 30 * time.Millisecond})
+		cl.AddHook(hook{onCmd: func(redis.Cmder) { time.Sleep(30 * time.Millisecond) }})
 	}
 	// ttl 20ms, drift 2ms: the attempt takes 30ms, past its validity. The
 	// node timeout is capped at the validity, so the nodes time out.
@@ -406,7 +392,7 @@ func TestLateQuorumIsFailure(t *testing.T) {
 	// With a larger ttl the timeout is not the limit but the validity is:
 	// ttl 40ms, drift 2ms, validity 38ms; nodes answer at about 30-40ms.
 	for _, cl := range c.clients {
-		cl.AddHook(slowHook{d: 15 * time.Millisecond})
+		cl.AddHook(hook{onCmd: func(redis.Cmder) { time.Sleep(15 * time.Millisecond) }})
 	}
 	_, err = c.rl.Acquire(context.Background(), []string{"{redlock}late"}, 40*time.Millisecond, redlock.WithRetryCount(0))
 	require.Error(t, err, "Acquire whose quorum arrives after its validity")
@@ -572,20 +558,6 @@ func TestScriptCacheFlushed(t *testing.T) {
 	require.NoError(t, err, "Release after SCRIPT FLUSH")
 }
 
-// countHook counts the commands a client sends.
-type countHook struct{ n *atomic.Int32 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // One Redlock used from many goroutines at once: distinct keys all succeed,
 // one shared key is never held twice (run with -race).
 func TestConcurrentUse(t *testing.T) {
@@ -669,7 +641,7 @@ func TestBatchedCalls(t *testing.T) {
 	c := newCluster(t, 3)
 	var pipelines atomic.Int32
 	for _, cl := range c.clients {
-		cl.AddHook(pipelineHook{&pipelines})
+		cl.AddHook(hook{onPipeline: func([]redis.Cmder) { pipelines.Add(1) }})
 	}
 	stop := make(chan struct{})
 	flushed := make(chan struct{})
@@ -717,16 +689,4 @@ func TestBatchedCalls(t *testing.T) {
 	<-flushed
 	assert.Equal(t, int32(12*30), done.Load())
 	assert.Positive(t, pipelines.Load(), "concurrent calls were sent as pipelines")
-}
-
-// pipelineHook counts the pipelines a client sends.
-type pipelineHook struct{ n *atomic.Int32 }
-
-func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
 }

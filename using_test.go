@@ -191,35 +191,21 @@ func TestUsingPanic(t *testing.T) {
 	}
 }
 
-// ttlHook counts the script calls that carry a ttl argument: acquire and
-// extend do, release does not.
-type ttlHook struct {
-	ms int64
-	n  *atomic.Int32
-}
-
-func (h ttlHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h ttlHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		for _, a := range cmd.Args() {
-			if v, ok := a.(int64); ok && v == h.ms {
-				h.n.Add(1)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h ttlHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // No extension starts after fn returns (node-redlock leaks a timer that
 // extends the released lock and aborts its signal afterwards).
 func TestUsingNoExtensionAfterReturn(t *testing.T) {
 	c := newCluster(t, 3)
 	var sent atomic.Int32
 	for _, cl := range c.clients {
-		cl.AddHook(ttlHook{ms: usingTTL.Milliseconds(), n: &sent})
+		// Count the script calls that carry the ttl: acquire and extend
+		// do, release does not.
+		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
+			for _, a := range cmd.Args() {
+				if v, ok := a.(int64); ok && v == usingTTL.Milliseconds() {
+					sent.Add(1)
+				}
+			}
+		}})
 	}
 	var fnCtx context.Context
 	for range 5 {

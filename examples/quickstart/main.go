@@ -15,13 +15,10 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/examples/internal/demo"
 )
 
 func main() {
@@ -34,27 +31,11 @@ func main() {
 }
 
 func run(addrList string) error {
-	var addrs []string
-	if addrList == "" {
-		for range 3 {
-			mr := miniredis.NewMiniRedis()
-			if err := mr.Start(); err != nil {
-				return fmt.Errorf("starting an embedded node: %w", err)
-			}
-			defer mr.Close()
-			addrs = append(addrs, mr.Addr())
-		}
-		fmt.Printf("using 3 embedded nodes: %s\n", strings.Join(addrs, " "))
-	} else {
-		addrs = strings.Split(addrList, ",")
+	clients, closeAll, err := demo.Clients(addrList, 3)
+	if err != nil {
+		return err
 	}
-
-	clients := make([]redis.UniversalClient, len(addrs))
-	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		defer c.Close()
-		clients[i] = c
-	}
+	defer closeAll()
 	rl, err := redlock.New(clients)
 	if err != nil {
 		return err

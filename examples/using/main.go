@@ -18,13 +18,10 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/examples/internal/demo"
 )
 
 func main() {
@@ -37,40 +34,11 @@ func main() {
 }
 
 func run(addrList string) error {
-	var addrs []string
-	if addrList == "" {
-		for range 3 {
-			mr := miniredis.NewMiniRedis()
-			if err := mr.Start(); err != nil {
-				return fmt.Errorf("starting an embedded node: %w", err)
-			}
-			defer mr.Close()
-			// miniredis's clock does not advance by itself; keep it with ours.
-			stop := make(chan struct{})
-			defer close(stop)
-			go func() {
-				t := time.NewTicker(10 * time.Millisecond)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-t.C:
-						mr.FastForward(10 * time.Millisecond)
-					}
-				}
-			}()
-			addrs = append(addrs, mr.Addr())
-		}
-	} else {
-		addrs = strings.Split(addrList, ",")
+	clients, closeAll, err := demo.Clients(addrList, 3)
+	if err != nil {
+		return err
 	}
-	clients := make([]redis.UniversalClient, len(addrs))
-	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		defer c.Close()
-		clients[i] = c
-	}
+	defer closeAll()
 	rl, err := redlock.New(clients, redlock.WithAutomaticExtensionThreshold(200*time.Millisecond))
 	if err != nil {
 		return err
