@@ -29,7 +29,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				unlock, err := l.Lock(ctx, "bench", 10*time.Second, false)
+				unlock, err := l.Lock(ctx, "bench:"+lib.name, 10*time.Second, false)
 				if err != nil {
 					b.Fatalf("lock: %v", err)
 				}
