@@ -42,6 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	defer rl.Close() // ends its subscriptions; the clients stay yours
 	ctx := context.Background()
 	lock, err := rl.Acquire(ctx, []string{"invoice:42"}, 10*time.Second)
 	if err != nil {
@@ -67,6 +68,7 @@ func ExampleRedlock_Acquire_tryLock() {
 	clients, stop := exampleNodes(3)
 	defer stop()
 	rl, _ := redlock.New(clients)
+	defer rl.Close()
 	ctx := context.Background()
 
 	held, _ := rl.Acquire(ctx, []string{"job:nightly"}, time.Minute)
@@ -88,6 +90,7 @@ func ExampleLock_Extend() {
 	clients, stop := exampleNodes(3)
 	defer stop()
 	rl, _ := redlock.New(clients)
+	defer rl.Close()
 	ctx := context.Background()
 
 	lock, _ := rl.Acquire(ctx, []string{"export:7"}, 2*time.Second)
@@ -110,6 +113,7 @@ func ExampleRedlock_Using() {
 	clients, stop := exampleNodes(3)
 	defer stop()
 	rl, _ := redlock.New(clients)
+	defer rl.Close()
 
 	err := rl.Using(context.Background(), []string{"report:monthly"}, 10*time.Second, func(ctx context.Context) error {
 		// ... long work; check ctx between steps ...

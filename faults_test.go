@@ -40,6 +40,7 @@ func newProxied(t *testing.T, n int, opts ...redlock.Option) *proxied {
 	}
 	rl, err := redlock.New(ucs, opts...)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() }) // before the clients close
 	p.rl = rl
 	// Warm every connection pool while all is healthy.
 	l, err := rl.Acquire(context.Background(), []string{"{redlock}warm"}, time.Minute)

@@ -45,6 +45,7 @@ func newClusterOn(t testing.TB, nodes []*redistest.Node, clientOpts *redis.Optio
 	}
 	rl, err := redlock.New(ucs, opts...)
 	require.NoError(t, err, "New(%d clients)", len(ucs))
+	t.Cleanup(func() { _ = rl.Close() }) // before the clients close
 	c.rl = rl
 	return c
 }

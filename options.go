@@ -23,6 +23,7 @@ type config struct {
 	extensionThreshold time.Duration
 	nodeTimeout        time.Duration
 	onError            func(error)
+	wake               bool
 }
 
 // defaultConfig holds every default, node-redlock's where it has one.
@@ -34,6 +35,7 @@ func defaultConfig() config {
 		retryJitter:        100 * time.Millisecond,
 		extensionThreshold: 500 * time.Millisecond,
 		nodeTimeout:        100 * time.Millisecond,
+		wake:               true,
 	}
 }
 
@@ -130,4 +132,17 @@ func WithNodeTimeout(d time.Duration) Option {
 //	redlock.WithErrorHandler(func(err error) { slog.Warn("redlock vote", "err", err) })
 func WithErrorHandler(fn func(err error)) Option {
 	return func(c *config) { c.onError = fn }
+}
+
+// WithWakeOnRelease sets whether a waiting Acquire wakes as soon as one of
+// its resources is released, instead of only after its retry delay. Every
+// release (and the cleanup of a failed attempt) announces the resources it
+// freed on [ReleasedChannel] on its node; the Redlock subscribes to it on
+// every node, one connection each, when an Acquire first has to wait. A
+// waiter tries again at the first announcement from any node, or at its
+// retry delay, whichever comes first; a wake still counts as a retry. A
+// node that does not allow pub/sub, or a lost announcement, costs at most
+// the retry delay. [Redlock.Close] ends the subscriptions. Default: true.
+func WithWakeOnRelease(on bool) Option {
+	return func(c *config) { c.wake = on }
 }

@@ -31,6 +31,7 @@ const maxOutstanding = 16
 type Redlock struct {
 	nodes []*node
 	cfg   *config
+	wake  waker // subscriptions to release announcements, see WithWakeOnRelease
 }
 
 // node is one member of the quorum.
@@ -378,7 +379,10 @@ func validateResources(resources []string) error {
 	return nil
 }
 
-// randomValue returns 32 random hex characters, unique to one lock.
+// valueLen is the length of a lock's value.
+const valueLen = 32
+
+// randomValue returns valueLen random hex characters, unique to one lock.
 func randomValue() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
@@ -395,8 +399,9 @@ func retryDelay(cfg *config) time.Duration {
 	return max(d, 0)
 }
 
-// sleep waits for d or until ctx ends, and reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits for d, or for a wake (nil: none), or until ctx ends, and
+// reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -405,6 +410,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
+	case <-wake:
+		return ctx.Err() == nil
 	case <-ctx.Done():
 		return false
 	}
@@ -441,6 +448,12 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	n, q := len(r.nodes), r.Quorum()
 	unlimited := cfg.retryCount == -1
 	var sentinel error // ErrResourceLocked when the last whole attempt was lost to contention
+	// A waiting Acquire wakes when one of its resources is released. It
+	// registers after its first failed attempt, so that an uncontended
+	// Acquire pays nothing; a release between that attempt and the
+	// registration costs at most one retry delay.
+	var wake *waiter
+	defer func() { r.unregister(p.keys, wake) }()
 	var d time.Duration
 	if p.ttl > 0 {
 		d = drift(cfg.driftFactor, p.ttl)
@@ -522,7 +535,14 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if !unlimited && i >= cfg.retryCount {
 			return fail("unable to achieve a quorum during its retry window", sentinel, nil)
 		}
-		if !sleep(ctx, retryDelay(cfg)) {
+		if wake == nil && p.s.op == OpAcquire && cfg.wake {
+			wake = r.register(p.keys)
+		}
+		if wake != nil {
+			v := o.value // this attempt's cleanup must not wake us
+			wake.self.Store(&v)
+		}
+		if !sleep(ctx, retryDelay(cfg), wake.channel()) {
 			return fail("cut short", sentinel, ctx.Err())
 		}
 	}

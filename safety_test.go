@@ -157,6 +157,7 @@ func TestSafety(t *testing.T) {
 		rl, err := redlock.New(cs, redlock.WithNodeTimeout(100*time.Millisecond),
 			redlock.WithRetryCount(3), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(5*time.Millisecond))
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = rl.Close() })
 		rls[w] = rl
 	}
 

@@ -47,12 +47,15 @@ return #KEYS
 `
 
 	// releaseSrc deletes the keys that hold this lock's value and counts
-	// them, so that an expired or stolen key counts against.
+	// them, so that an expired or stolen key counts against. Each freed key
+	// is announced on ReleasedChannel as value..key, for the waiters (see
+	// waker).
 	releaseSrc = `
 local count = 0
 for _, key in ipairs(KEYS) do
   if redis.call("get", key) == ARGV[1] then
     redis.call("del", key)
+    redis.pcall("publish", "` + ReleasedChannel + `", ARGV[1] .. key) -- a node without pub/sub still releases
     count = count + 1
   end
 end

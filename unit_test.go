@@ -206,7 +206,8 @@ func newFake(t testing.TB, nodes []*fakeScripter, opts ...Option) *Redlock {
 	for i, n := range nodes {
 		cs[i] = n
 	}
-	rl, err := New(cs, opts...)
+	// The fakes have no pub/sub: no waking on release.
+	rl, err := New(cs, append([]Option{WithWakeOnRelease(false)}, opts...)...)
 	require.NoError(t, err)
 	return rl
 }

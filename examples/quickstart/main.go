@@ -40,6 +40,7 @@ func run(addrList string) error {
 	if err != nil {
 		return err
 	}
+	defer rl.Close()
 	ctx := context.Background()
 	resources := []string{"quickstart:report"}
 

@@ -43,6 +43,7 @@ func run(addrList string) error {
 	if err != nil {
 		return err
 	}
+	defer rl.Close()
 	ctx := context.Background()
 	const ttl = 500 * time.Millisecond
 

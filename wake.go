@@ -1,0 +1,229 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReleasedChannel is the pub/sub channel on which the release script (and
+// the cleanup of a failed acquire attempt) announces each resource it freed.
+// The message is the freed lock's value (32 hex characters) followed by the
+// resource's name. Waiters of every Redlock, in every process, that use the
+// same nodes wake on it.
+const ReleasedChannel = "redlock:released"
+
+// resubscribeAfter is how long a node's subscription waits before trying
+// again after it failed (pub/sub not allowed, the node down): meanwhile the
+// waiters fall back to the retry delay.
+const resubscribeAfter = time.Second
+
+// waker wakes waiting Acquires when a resource they wait for is released.
+// It holds one subscription per node, shared by every waiter of its
+// Redlock, started on the first wait and ended by Close.
+type waker struct {
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	subs    []*redis.PubSub // per node, nil while not subscribed
+	wg      sync.WaitGroup  // the subscription goroutines
+	waiters map[string]map[*waiter]struct{}
+}
+
+// waiter is one waiting Acquire.
+type waiter struct {
+	wake chan struct{} // holds one pending wake
+	// self is the value of the waiter's latest attempt: the release of its
+	// own failed attempt must not wake it (it would retry at once, again
+	// and again, while another holder keeps the lock).
+	self atomic.Pointer[string]
+}
+
+// register returns a waiter woken whenever one of keys is announced as
+// released by someone else; its channel holds one wake, so that a storm of
+// announcements yields at most one pending wake. It returns nil when the
+// Redlock is closed. The caller must call unregister with it.
+func (r *Redlock) register(keys []string) *waiter {
+	w := &r.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	if !w.started {
+		w.start(r.nodes)
+	}
+	wt := &waiter{wake: make(chan struct{}, 1)}
+	for _, k := range keys {
+		set := w.waiters[k]
+		if set == nil {
+			set = map[*waiter]struct{}{}
+			w.waiters[k] = set
+		}
+		set[wt] = struct{}{}
+	}
+	return wt
+}
+
+// unregister removes wt from keys' waiters.
+func (r *Redlock) unregister(keys []string, wt *waiter) {
+	if wt == nil {
+		return
+	}
+	w := &r.wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range keys {
+		if set := w.waiters[k]; set != nil {
+			delete(set, wt)
+			if len(set) == 0 {
+				delete(w.waiters, k)
+			}
+		}
+	}
+}
+
+// start launches one subscription goroutine per node. Called with mu held.
+func (w *waker) start(nodes []*node) {
+	w.started = true
+	w.waiters = map[string]map[*waiter]struct{}{}
+	w.subs = make([]*redis.PubSub, len(nodes))
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	for i, nd := range nodes {
+		w.wg.Add(1)
+		go w.subscribe(ctx, i, nd.client)
+	}
+}
+
+// subscribe keeps node i's subscription and dispatches its announcements
+// until ctx ends. A node that refuses or loses the subscription is tried
+// again after resubscribeAfter; its waiters meanwhile rely on the delay.
+func (w *waker) subscribe(ctx context.Context, i int, c redis.UniversalClient) {
+	defer w.wg.Done()
+	for ctx.Err() == nil {
+		ps := c.Subscribe(ctx, ReleasedChannel)
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			_ = ps.Close()
+			return
+		}
+		w.subs[i] = ps
+		w.mu.Unlock()
+		// Receive the confirmation first: a node that does not allow
+		// pub/sub answers with an error here.
+		_, err := ps.Receive(ctx)
+		for err == nil {
+			var msg *redis.Message
+			// ReceiveMessage reconnects by itself after network errors;
+			// Close ends it.
+			msg, err = ps.ReceiveMessage(ctx)
+			if err == nil {
+				w.notify(msg.Payload)
+			}
+		}
+		w.mu.Lock()
+		w.subs[i] = nil
+		w.mu.Unlock()
+		_ = ps.Close()
+		t := time.NewTimer(resubscribeAfter)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// notify wakes, without blocking, every waiter of the resource an
+// announcement names, except the one whose own attempt it announces.
+func (w *waker) notify(payload string) {
+	if len(payload) <= valueLen {
+		return // not one of ours
+	}
+	value, key := payload[:valueLen], payload[valueLen:]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for wt := range w.waiters[key] {
+		if self := wt.self.Load(); self != nil && *self == value {
+			continue
+		}
+		wt.poke()
+	}
+}
+
+// poke leaves one wake pending, unless one already is.
+func (wt *waiter) poke() {
+	select {
+	case wt.wake <- struct{}{}:
+	default:
+	}
+}
+
+// channel returns the wake channel, nil for a nil waiter (never ready).
+func (wt *waiter) channel() <-chan struct{} {
+	if wt == nil {
+		return nil
+	}
+	return wt.wake
+}
+
+// closeWait bounds how long Close waits for a subscription goroutine that
+// is inside the client: one still connecting to a hung node, which neither
+// ctx nor closing the subscription reaches when the client has no read
+// timeout. It ends when the client's read does (or the client is closed).
+const closeWait = time.Second
+
+// Close ends the Redlock's subscriptions to release announcements (one
+// connection per node, opened by the first Acquire that had to wait) and
+// waits for their goroutines. It does not close the clients given to New,
+// which stay the caller's. After Close, Acquire, Extend, Release and Using
+// still work; waiting Acquires retry on their delay alone. Close is
+// idempotent and safe for concurrent use. It returns an error only when a
+// subscription goroutine is still inside the client after a second, still
+// connecting to a hung node: that goroutine ends when the client's read
+// times out or the client is closed.
+func (r *Redlock) Close() error {
+	if r == nil {
+		return nil
+	}
+	w := &r.wake
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	subs := append([]*redis.PubSub(nil), w.subs...)
+	if w.cancel != nil {
+		w.cancel()
+	}
+	// Wake the waiters at once: they retry now, then on their delay.
+	for _, set := range w.waiters {
+		for wt := range set {
+			wt.poke()
+		}
+	}
+	w.mu.Unlock()
+	for _, ps := range subs {
+		if ps != nil {
+			_ = ps.Close() // ends a ReceiveMessage that ctx cannot interrupt
+		}
+	}
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return errors.New("redlock: close: a subscription is still connecting to a node that does not answer; it ends when the client's read times out or the client is closed")
+	}
+}

@@ -1,0 +1,114 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// waitFor starts an Acquire of key on rl in the background and returns
+// where its lock (or error) arrives, and when.
+func waitFor(rl *redlock.Redlock, key string, opts ...redlock.Option) (<-chan *redlock.Lock, <-chan error, *time.Time) {
+	got := make(chan *redlock.Lock, 1)
+	fail := make(chan error, 1)
+	at := new(time.Time)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := rl.Acquire(ctx, []string{key}, time.Minute, append([]redlock.Option{redlock.WithRetryCount(-1)}, opts...)...)
+		*at = time.Now()
+		if err != nil {
+			fail <- err
+			return
+		}
+		got <- l
+	}()
+	return got, fail, at
+}
+
+// A waiter in another Redlock (as another process would be) gets the lock
+// as soon as it is released, not after its retry delay of 10 s.
+func TestWakeOnRelease(t *testing.T) {
+	holder := newCluster(t, 3)
+	waiter := newClusterOn(t, holder.nodes, nil) // its own clients and Redlock
+	ctx := context.Background()
+	held, err := holder.rl.Acquire(ctx, []string{"{redlock}wk"}, time.Minute)
+	require.NoError(t, err)
+	got, fail, at := waitFor(waiter.rl, "{redlock}wk", redlock.WithRetryDelay(10*time.Second), redlock.WithRetryJitter(0))
+	time.Sleep(300 * time.Millisecond) // the waiter failed once and subscribed
+	released := time.Now()
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	select {
+	case l := <-got:
+		took := at.Sub(released)
+		t.Logf("acquired %v after the release", took)
+		assert.Less(t, took, time.Second, "woken by the release, not by the 10s retry delay")
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	case err := <-fail:
+		t.Fatalf("waiting Acquire = %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
+
+// With pub/sub denied (an ACL user without channels), releases still work
+// and a waiter still gets the lock, after its retry delay.
+func TestWakeWithoutPubSub(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	for _, nd := range nodes {
+		require.NoError(t, nd.Client().Do(context.Background(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all").Err())
+	}
+	opts := &redis.Options{Username: "nochan", Password: "pw"}
+	holder := newClusterOn(t, nodes, opts)
+	waiter := newClusterOn(t, nodes, opts)
+	ctx := context.Background()
+	held, err := holder.rl.Acquire(ctx, []string{"{redlock}np"}, time.Minute)
+	require.NoError(t, err)
+	got, fail, _ := waitFor(waiter.rl, "{redlock}np", redlock.WithRetryDelay(200*time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	_, err = held.Release(ctx)
+	require.NoError(t, err, "Release on nodes that deny PUBLISH")
+	select {
+	case l := <-got:
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	case err := <-fail:
+		t.Fatalf("waiting Acquire = %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the lock without pub/sub")
+	}
+}
+
+// Close during a wait: the waiter goes on, on its retry delay alone, and gets
+// the lock; Close is idempotent and leaves no goroutine (goleak).
+func TestCloseDuringWait(t *testing.T) {
+	holder := newCluster(t, 3)
+	waiter := newClusterOn(t, holder.nodes, nil)
+	ctx := context.Background()
+	held, err := holder.rl.Acquire(ctx, []string{"{redlock}cl"}, time.Minute)
+	require.NoError(t, err)
+	got, fail, _ := waitFor(waiter.rl, "{redlock}cl", redlock.WithRetryDelay(100*time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, waiter.rl.Close())
+	require.NoError(t, waiter.rl.Close(), "second Close")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	select {
+	case l := <-got:
+		_, err := l.Release(ctx)
+		require.NoError(t, err, "Release after Close")
+	case err := <-fail:
+		t.Fatalf("waiting Acquire = %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock after Close")
+	}
+}
