@@ -411,6 +411,12 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	case <-t.C:
 		return true
 	case <-wake:
+		// Every waiter of the resource wakes at once: spread them over a
+		// millisecond, so that the first one usually takes every node
+		// before the others try, instead of all splitting the nodes.
+		if !sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil) {
+			return false
+		}
 		return ctx.Err() == nil
 	case <-ctx.Done():
 		return false
