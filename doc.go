@@ -82,11 +82,22 @@
 // votes against. Replication is asynchronous, so a failover can lose a lock
 // that was only on the old primary.
 //
+// # Waiting
+//
+// A waiting Acquire wakes at the first announcement that one of its
+// resources was released (the release script publishes on
+// [ReleasedChannel]), or at its retry delay, whichever comes first
+// ([WithWakeOnRelease]). The Redlock subscribes on every node, one
+// connection each, when an Acquire first has to wait; [Redlock.Close] ends
+// the subscriptions.
+//
 // # Concurrency
 //
 // A Redlock and a Lock are safe for concurrent use by multiple goroutines. A
-// Redlock starts no goroutine of its own; those of a call end when the nodes
-// they talk to answer. The clients belong to the caller, who closes them.
+// Redlock starts no goroutine in New; the goroutines of a call end when the
+// nodes they talk to answer, and the subscription goroutines (one per node,
+// started by the first Acquire that waits) end with [Redlock.Close]. The
+// clients belong to the caller, who closes them.
 //
 // # From node-redlock
 //
