@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +113,50 @@ func TestCloseDuringWait(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not get the lock after Close")
 	}
+}
+
+// A storm of announcements wakes a waiter at most once per announcement,
+// and a burst coalesces: 1,000 announcements sent at once for a resource
+// that stays held cause far fewer attempts than that.
+func TestWakeStormCoalesces(t *testing.T) {
+	holder := newCluster(t, 3)
+	waiter := newClusterOn(t, holder.nodes, nil)
+	var attempts atomic.Int32
+	for _, cl := range waiter.clients {
+		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				attempts.Add(1)
+			}
+		}})
+	}
+	ctx := context.Background()
+	held, err := holder.rl.Acquire(ctx, []string{"{redlock}st"}, time.Minute)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.rl.Acquire(wctx, []string{"{redlock}st"}, time.Minute,
+			redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // one failed attempt, subscribed
+	before := attempts.Load()
+	const storm = 1000
+	foreign := strings.Repeat("f", 32)
+	pipe := holder.peek[0].Pipeline()
+	for range storm {
+		pipe.Publish(ctx, redlock.ReleasedChannel, foreign+"{redlock}st")
+	}
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	// Each attempt is one script call per node.
+	woken := int(attempts.Load()-before) / 3
+	t.Logf("%d announcements caused %d attempts", storm, woken)
+	assert.Positive(t, woken, "the announcements woke the waiter")
+	assert.Less(t, woken, storm/10, "a burst of announcements coalesces")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
 }
