@@ -24,10 +24,12 @@ const maxOutstanding = 16
 // Redlock runs the Redlock algorithm over N independent Redis nodes: a lock
 // is held when a majority (quorum n/2+1) of nodes hold its random value.
 //
-// A Redlock is safe for concurrent use by multiple goroutines. It starts no
-// goroutine of its own; each call's goroutines have an owner and end when the
-// node they talk to answers (see [WithNodeTimeout]). It does not own the
-// clients: closing them is the caller's job.
+// A Redlock is safe for concurrent use by multiple goroutines and must not
+// be copied. New starts no goroutine. Each call's goroutines end when the
+// node they talk to answers (see [WithNodeTimeout]); the subscriptions that
+// wake waiting Acquires (one goroutine per node, started by the first
+// Acquire that waits) end with [Redlock.Close]. It does not own the clients:
+// closing them is the caller's job.
 type Redlock struct {
 	nodes []*node
 	cfg   *config
