@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,6 +44,8 @@ type Node struct {
 	dir  string
 	port int
 
+	extra []string // more redis-server arguments (cluster mode)
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once the process is gone
@@ -64,6 +67,11 @@ func Start(tb testing.TB, n int) []*Node {
 // StartNode starts one node (see Start).
 func StartNode(tb testing.TB) *Node {
 	tb.Helper()
+	return startNode(tb, false)
+}
+
+func startNode(tb testing.TB, cluster bool) *Node {
+	tb.Helper()
 	Require(tb)
 	nd := &Node{tb: tb, dir: tb.TempDir()}
 	var err error
@@ -72,6 +80,17 @@ func StartNode(tb testing.TB) *Node {
 	for range 5 {
 		if nd.port, err = freePort(); err != nil {
 			continue
+		}
+		if cluster {
+			// The bus port is set explicitly: port+10000, the default,
+			// can be past 65535 for a port the kernel picked.
+			bus, berr := freePort()
+			if berr != nil {
+				err = berr
+				continue
+			}
+			nd.extra = []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+				"--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"), "--cluster-node-timeout", "5000"}
 		}
 		if err = nd.start(); err == nil {
 			break
@@ -110,6 +129,7 @@ func (nd *Node) start() error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	)
+	cmd.Args = append(cmd.Args, nd.extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err
@@ -210,4 +230,38 @@ func (nd *Node) stop() {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
 	nd.killLocked()
+}
+
+// StartCluster starts a Redis Cluster of n masters (n >= 3) on loopback, with
+// the hash slots spread over them, waits until it serves every slot, and
+// returns its nodes. Stopped when the test ends.
+func StartCluster(tb testing.TB, n int) []*Node {
+	tb.Helper()
+	Require(tb)
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		tb.Fatalf("redistest: redis-cli is needed to create a cluster: %v", err)
+	}
+	nodes := make([]*Node, n)
+	args := []string{"--cluster", "create"}
+	for i := range nodes {
+		nodes[i] = startNode(tb, true)
+		args = append(args, nodes[i].Addr())
+	}
+	args = append(args, "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
+	}
+	c := redis.NewClient(&redis.Options{Addr: nodes[0].Addr()})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: cluster not ok after 20s: %v %s", err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

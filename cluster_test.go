@@ -1,0 +1,78 @@
+package redlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// A Redis Cluster behind one redis.ClusterClient is one node of the quorum.
+// Multi-resource locks need one hash slot (a hash tag); across slots the
+// node answers CROSSSLOT and votes against. Waiting works there too: the
+// release script's announcement reaches a waiter in another Redlock.
+func TestClusterClientAsOneNode(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, nd := range nodes {
+		addrs = append(addrs, nd.Addr())
+	}
+	newRedlock := func() (*redlock.Redlock, *redis.ClusterClient) {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = cc.Close() })
+		rl, err := redlock.New([]redis.UniversalClient{cc})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rl.Close() })
+		return rl, cc
+	}
+	rl, cc := newRedlock()
+	ctx := context.Background()
+
+	keys := []string{"{orders}:1", "{orders}:2"}
+	lock, err := rl.Acquire(ctx, keys, time.Minute)
+	require.NoError(t, err, "Acquire of hash-tagged resources on a Cluster")
+	for _, k := range keys {
+		assert.Equal(t, lock.Value(), cc.Get(ctx, k).Val(), "GET %s", k)
+	}
+	lock, err = lock.Extend(ctx, 2*time.Minute)
+	require.NoError(t, err, "Extend on a Cluster")
+	assert.Greater(t, cc.PTTL(ctx, keys[0]).Val(), time.Minute)
+
+	// Across slots: the node refuses the script; no contention is claimed.
+	_, err = rl.Acquire(ctx, []string{"a", "b"}, time.Minute, redlock.WithRetryCount(0))
+	require.Error(t, err, "Acquire across hash slots")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.True(t, strings.Contains(err.Error(), "CROSSSLOT"), "the node's answer is in the error: %v", err)
+
+	// A waiter in another Redlock is woken by the release.
+	other, _ := newRedlock()
+	got := make(chan error, 1)
+	var at time.Time
+	go func() {
+		l, err := other.Acquire(ctx, keys, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(10*time.Second), redlock.WithRetryJitter(0))
+		at = time.Now()
+		if err == nil {
+			_, err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // one failed attempt, subscribed
+	released := time.Now()
+	_, err = lock.Release(ctx)
+	require.NoError(t, err, "Release on a Cluster")
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the waiter's Acquire and Release")
+		t.Logf("woken %v after the release", at.Sub(released))
+		assert.Less(t, at.Sub(released), 5*time.Second, "woken by the release, not the 10s delay")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+}
