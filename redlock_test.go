@@ -185,11 +185,17 @@ func TestOverlappingMultiLocks(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.rl.Acquire(ctx, []string{"{redlock}c2", "{redlock}c3"}, long)
 	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	// A quorum holds the first lock (a call returns at quorum, so the
+	// third node may have seen the second Acquire first), and c3 is left on
+	// no node once the failed attempts' cleanup has landed.
+	holding := 0
 	for i := range 3 {
-		assert.Equal(t, held.Value(), c.get(t, i, "{redlock}c1"))
-		assert.Equal(t, held.Value(), c.get(t, i, "{redlock}c2"))
-		assert.Equal(t, "", c.get(t, i, "{redlock}c3"), "node %d: c3 must stay unset", i)
+		if c.get(t, i, "{redlock}c1") == held.Value() && c.get(t, i, "{redlock}c2") == held.Value() {
+			holding++
+		}
+		c.gone(t, i, "{redlock}c3")
 	}
+	assert.GreaterOrEqual(t, holding, 2, "nodes holding the first lock")
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
 	for i := range 3 {
