@@ -161,7 +161,7 @@ type attemptState struct {
 	cancel context.CancelFunc
 
 	// For the release of a failed acquire attempt (see releaseAttempt).
-	base    context.Context // the caller's ctx without its cancellation
+	ctx     context.Context // the caller's; its cancellation is stripped when releasing
 	cfg     *config
 	keys    []string
 	value   any
@@ -186,7 +186,7 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	as := &attemptState{votes: make(chan vote, n), calls: make([]atomic.Int32, n), cancel: cancel}
 	if s.op == OpAcquire {
-		as.base, as.cfg, as.keys, as.value, as.clean = context.WithoutCancel(ctx), cfg, keys, args[0], make([]atomic.Bool, n)
+		as.ctx, as.cfg, as.keys, as.value, as.clean = ctx, cfg, keys, args[0], make([]atomic.Bool, n)
 	}
 	as.left.Store(int32(n))
 	// At the deadline (or when the caller's ctx ends), every call still
@@ -306,7 +306,7 @@ func (r *Redlock) releaseAttempt(as *attemptState) {
 // releaseNode runs the release script for as's value on node i, bounded by
 // the node timeout (where the client honours it), reporting a failure.
 func (r *Redlock) releaseNode(as *attemptState, i int) {
-	ctx, cancel := context.WithTimeout(as.base, as.cfg.nodeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(as.ctx), as.cfg.nodeTimeout)
 	defer cancel()
 	if err := releaseScript.run(ctx, r.nodes[i].client, as.keys, []any{as.value}); err != nil {
 		var rle *ResourceLockedError

@@ -276,23 +276,14 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long)
 	require.NoError(t, err)
-	got := make(chan *redlock.Lock, 1)
-	fail := make(chan error, 1)
-	go func() {
-		l, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long, redlock.WithRetryDelay(20*time.Millisecond), redlock.WithRetryCount(-1))
-		if err != nil {
-			fail <- err
-			return
-		}
-		got <- l
-	}()
+	got, fail, _ := waitFor(c.rl, "{redlock}d", redlock.WithRetryDelay(20*time.Millisecond), redlock.WithWakeOnRelease(false))
 	time.Sleep(100 * time.Millisecond)
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
 	select {
 	case l := <-got:
 		assert.NotEqual(t, held.Value(), l.Value())
-		assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), long)
+		assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), time.Minute)
 		_, err := l.Release(ctx)
 		require.NoError(t, err)
 	case err := <-fail:

@@ -27,7 +27,6 @@ const resubscribeAfter = time.Second
 // Redlock, started on the first wait and ended by Close.
 type waker struct {
 	mu      sync.Mutex
-	started bool
 	closed  bool
 	cancel  context.CancelFunc
 	subs    []*redis.PubSub // per node, nil while not subscribed
@@ -55,7 +54,7 @@ func (r *Redlock) register(keys []string) *waiter {
 	if w.closed {
 		return nil
 	}
-	if !w.started {
+	if w.waiters == nil { // first wait: subscribe
 		w.start(r.nodes)
 	}
 	wt := &waiter{wake: make(chan struct{}, 1)}
@@ -90,7 +89,6 @@ func (r *Redlock) unregister(keys []string, wt *waiter) {
 
 // start launches one subscription goroutine per node. Called with mu held.
 func (w *waker) start(nodes []*node) {
-	w.started = true
 	w.waiters = map[string]map[*waiter]struct{}{}
 	w.subs = make([]*redis.PubSub, len(nodes))
 	ctx, cancel := context.WithCancel(context.Background())

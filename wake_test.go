@@ -70,6 +70,11 @@ func TestWakeWithoutPubSub(t *testing.T) {
 		require.NoError(t, nd.Client().Do(context.Background(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all").Err())
 	}
 	opts := &redis.Options{Username: "nochan", Password: "pw"}
+	// The ACL really denies pub/sub to that user.
+	ps := nodes[0].Client(opts).Subscribe(context.Background(), redlock.ReleasedChannel)
+	_, err := ps.Receive(context.Background())
+	require.Error(t, err, "SUBSCRIBE as a user without channels")
+	_ = ps.Close()
 	holder := newClusterOn(t, nodes, opts)
 	waiter := newClusterOn(t, nodes, opts)
 	ctx := context.Background()
