@@ -402,8 +402,9 @@ func retryDelay(cfg *config) time.Duration {
 }
 
 // sleep waits for d, or for a wake (nil: none), or until ctx ends, and
-// reports whether ctx is still alive.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+// reports whether ctx is still alive. With spread, a wake is followed by a
+// random pause of up to a millisecond.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, spread bool) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -413,11 +414,12 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	case <-t.C:
 		return true
 	case <-wake:
-		// Every waiter of the resource wakes at once: spread them over a
-		// millisecond, so that the first one usually takes every node
-		// before the others try, instead of all splitting the nodes.
-		if !sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil) {
-			return false
+		// Waiters in other Redlocks (other processes) wake on the same
+		// announcement. One that just split the nodes with such a
+		// competitor pauses at random, so that one of them usually takes
+		// every node before the other tries.
+		if spread {
+			return sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil, false)
 		}
 		return ctx.Err() == nil
 	case <-ctx.Done():
@@ -461,7 +463,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// Acquire pays nothing; a release between that attempt and the
 	// registration costs at most one retry delay.
 	var wake *waiter
-	defer func() { r.unregister(p.keys, wake) }()
+	defer func() { r.unregister(wake, o.win != nil) }()
 	var d time.Duration
 	if p.ttl > 0 {
 		d = drift(cfg.driftFactor, p.ttl)
@@ -550,7 +552,9 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			v := o.value // this attempt's cleanup must not wake us
 			wake.self.Store(&v)
 		}
-		if !sleep(ctx, retryDelay(cfg), wake.channel()) {
+		// Some votes for, yet no quorum: another waiter took the rest.
+		split := p.s.op == OpAcquire && len(st.VotesFor) > 0
+		if !sleep(ctx, retryDelay(cfg), wake.channel(), split) {
 			return fail("cut short", sentinel, ctx.Err())
 		}
 	}

@@ -3,6 +3,9 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,28 +28,58 @@ const resubscribeAfter = time.Second
 // waker wakes waiting Acquires when a resource they wait for is released.
 // It holds one subscription per node, shared by every waiter of its
 // Redlock, started on the first wait and ended by Close.
+//
+// Waiters for the same resources queue in a group, first come first
+// served: an announcement wakes only the group's longest waiter. Waking them
+// all would have them split the nodes between them (so that no one gets a
+// quorum and all retry), and would let a waiter lose again and again; the
+// other members would fail anyway, since one of them gets the lock.
 type waker struct {
 	mu      sync.Mutex
 	closed  bool
 	cancel  context.CancelFunc
 	subs    []*redis.PubSub // per node, nil while not subscribed
 	wg      sync.WaitGroup  // the subscription goroutines
-	waiters map[string]map[*waiter]struct{}
+	groups  map[string]*group
+	byKey   map[string][]*group // the groups that wait for a resource
+	started bool
+}
+
+// group is the queue of waiters for one set of resources.
+type group struct {
+	id    string
+	keys  []string
+	queue []*waiter // in the order they registered
 }
 
 // waiter is one waiting Acquire.
 type waiter struct {
-	wake chan struct{} // holds one pending wake
+	group *group
+	wake  chan struct{} // holds one pending wake
 	// self is the value of the waiter's latest attempt: the release of its
 	// own failed attempt must not wake it (it would retry at once, again
 	// and again, while another holder keeps the lock).
 	self atomic.Pointer[string]
 }
 
-// register returns a waiter woken whenever one of keys is announced as
-// released by someone else; its channel holds one wake, so that a storm of
-// announcements yields at most one pending wake. It returns nil when the
-// Redlock is closed. The caller must call unregister with it.
+// groupID names a set of resources whatever their order.
+func groupID(keys []string) string {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	var b strings.Builder
+	for _, k := range sorted {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// register queues a waiter for keys, woken when one of them is announced as
+// released by someone else while it heads its group's queue; its channel
+// holds one wake, so that a storm of announcements yields at most one
+// pending wake. It returns nil when the Redlock is closed. The caller must
+// call unregister with it.
 func (r *Redlock) register(keys []string) *waiter {
 	w := &r.wake
 	w.mu.Lock()
@@ -54,42 +87,63 @@ func (r *Redlock) register(keys []string) *waiter {
 	if w.closed {
 		return nil
 	}
-	if w.waiters == nil { // first wait: subscribe
+	if !w.started { // first wait: subscribe
 		w.start(r.nodes)
 	}
-	wt := &waiter{wake: make(chan struct{}, 1)}
-	for _, k := range keys {
-		set := w.waiters[k]
-		if set == nil {
-			set = map[*waiter]struct{}{}
-			w.waiters[k] = set
+	id := groupID(keys)
+	g := w.groups[id]
+	if g == nil {
+		g = &group{id: id, keys: keys}
+		w.groups[id] = g
+		for _, k := range keys {
+			w.byKey[k] = append(w.byKey[k], g)
 		}
-		set[wt] = struct{}{}
 	}
+	wt := &waiter{group: g, wake: make(chan struct{}, 1)}
+	g.queue = append(g.queue, wt)
 	return wt
 }
 
-// unregister removes wt from keys' waiters.
-func (r *Redlock) unregister(keys []string, wt *waiter) {
+// unregister removes wt from its group. A head that leaves without the lock
+// (cancelled, out of retries) passes a wake on to the next in line: the wake
+// it may have taken must not be lost to the others.
+func (r *Redlock) unregister(wt *waiter, acquired bool) {
 	if wt == nil {
 		return
 	}
 	w := &r.wake
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, k := range keys {
-		if set := w.waiters[k]; set != nil {
-			delete(set, wt)
-			if len(set) == 0 {
-				delete(w.waiters, k)
-			}
+	g := wt.group
+	i := slices.Index(g.queue, wt)
+	if i >= 0 {
+		g.queue = slices.Delete(g.queue, i, i+1)
+	}
+	if len(g.queue) > 0 {
+		if i == 0 && !acquired {
+			g.queue[0].poke()
+		}
+		return
+	}
+	if w.groups[g.id] != g {
+		return // dropped by Close
+	}
+	delete(w.groups, g.id)
+	for _, k := range g.keys {
+		gs := slices.DeleteFunc(w.byKey[k], func(o *group) bool { return o == g })
+		if len(gs) == 0 {
+			delete(w.byKey, k)
+		} else {
+			w.byKey[k] = gs
 		}
 	}
 }
 
 // start launches one subscription goroutine per node. Called with mu held.
 func (w *waker) start(nodes []*node) {
-	w.waiters = map[string]map[*waiter]struct{}{}
+	w.started = true
+	w.groups = map[string]*group{}
+	w.byKey = map[string][]*group{}
 	w.subs = make([]*redis.PubSub, len(nodes))
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
@@ -139,8 +193,9 @@ func (w *waker) subscribe(ctx context.Context, i int, c redis.UniversalClient) {
 	}
 }
 
-// notify wakes, without blocking, every waiter of the resource an
-// announcement names, except the one whose own attempt it announces.
+// notify wakes, without blocking, the head of each group waiting for the
+// resource an announcement names, unless the announcement is of that
+// waiter's own attempt.
 func (w *waker) notify(payload string) {
 	if len(payload) <= valueLen {
 		return // not one of ours
@@ -148,11 +203,15 @@ func (w *waker) notify(payload string) {
 	value, key := payload[:valueLen], payload[valueLen:]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for wt := range w.waiters[key] {
-		if self := wt.self.Load(); self != nil && *self == value {
+	for _, g := range w.byKey[key] {
+		if len(g.queue) == 0 {
 			continue
 		}
-		wt.poke()
+		head := g.queue[0]
+		if self := head.self.Load(); self != nil && *self == value {
+			continue
+		}
+		head.poke()
 	}
 }
 
@@ -203,11 +262,12 @@ func (r *Redlock) Close() error {
 		w.cancel()
 	}
 	// Wake the waiters at once: they retry now, then on their delay.
-	for _, set := range w.waiters {
-		for wt := range set {
+	for _, g := range w.groups {
+		for _, wt := range g.queue {
 			wt.poke()
 		}
 	}
+	w.groups, w.byKey = nil, nil
 	w.mu.Unlock()
 	for _, ps := range subs {
 		if ps != nil {

@@ -165,3 +165,65 @@ func TestWakeStormCoalesces(t *testing.T) {
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
 }
+
+// Waiters of one Redlock for the same resource queue: a release wakes only
+// the longest waiter, so they get the lock in the order they began to wait,
+// and each hand-off costs about one attempt, not one per waiter (woken all
+// at once, they split the nodes, and the order is left to chance).
+func TestWaitersQueueInOrder(t *testing.T) {
+	holder := newCluster(t, 3)
+	waiter := newClusterOn(t, holder.nodes, nil)
+	var attempts atomic.Int32
+	for _, cl := range waiter.clients {
+		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				if s, _ := cmd.Args()[len(cmd.Args())-1].(int64); s == 60000 { // acquires only
+					attempts.Add(1)
+				}
+			}
+		}})
+	}
+	ctx := context.Background()
+	const key = "{redlock}fifo"
+	held, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	const n = 4
+	order := make(chan int, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			l, err := waiter.rl.Acquire(ctx, []string{key}, time.Minute,
+				redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			time.Sleep(10 * time.Millisecond)
+			_, err = l.Release(ctx)
+			errs <- err
+		}()
+		time.Sleep(150 * time.Millisecond) // failed once and queued, in order
+	}
+	before := attempts.Load()
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	var got []int
+	for range n {
+		select {
+		case i := <-order:
+			got = append(got, i)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiters stuck after %v (their retry delay is a minute)", got)
+		}
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	tries := int(attempts.Load()-before) / 3
+	t.Logf("order %v, %d attempts for %d hand-offs", got, tries, n)
+	assert.Equal(t, []int{0, 1, 2, 3}, got, "first come, first served")
+	assert.Less(t, tries, 2*n, "each release wakes one waiter, not all")
+}

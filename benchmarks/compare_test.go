@@ -31,6 +31,7 @@ var (
 	duration   = flag.Duration("duration", 3*time.Second, "how long each library runs each workload")
 	nodeBench  = flag.Bool("node", true, "add node-redlock's column when benchmarks/node is installed (npm ci)")
 	reportFile = flag.String("report", "", "also write the table to this file")
+	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\")")
 )
 
 const (
@@ -97,6 +98,9 @@ func TestCompare(t *testing.T) {
 	results := map[string]result{}
 	var order []string
 	for _, lib := range libraries {
+		if !selected(lib.name) {
+			continue
+		}
 		var r result
 		l := lib.make(clientsFor(addrs, lib.nodes))
 		r.Seq = sequential(t, l, "seq:"+lib.name)
@@ -109,7 +113,7 @@ func TestCompare(t *testing.T) {
 		order = append(order, lib.name)
 		t.Logf("%s: %+v", lib.name, r)
 	}
-	if *nodeBench {
+	if *nodeBench && selected("node-redlock") {
 		if r, ok := runNode(t, addrs, slowAddrs); ok {
 			results["node-redlock 5.0.0-beta.2"] = r
 			order = append(order, "node-redlock 5.0.0-beta.2")
@@ -127,6 +131,19 @@ func TestCompare(t *testing.T) {
 			t.Errorf("%s: %d mutual-exclusion violations", name, r.Violation)
 		}
 	}
+}
+
+// selected reports whether -only selects the library.
+func selected(name string) bool {
+	if *only == "" {
+		return true
+	}
+	for _, p := range strings.Split(*only, ",") {
+		if p != "" && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // sequential runs acquire+release in one goroutine for the duration.
