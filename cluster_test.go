@@ -76,3 +76,106 @@ func TestClusterClientAsOneNode(t *testing.T) {
 		t.Fatal("the waiter never got the lock")
 	}
 }
+
+// On a Cluster, releases are announced with sharded pub/sub, on a channel
+// in each resource's own slot: waiters for resources on different shards are
+// woken within milliseconds, nothing goes out on the classic channel (which
+// a Cluster copies to every node), and each resource's subscription ends
+// when its last waiter leaves.
+func TestClusterShardedWake(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, nd := range nodes {
+		addrs = append(addrs, nd.Addr())
+	}
+	ctx := context.Background()
+	newRedlock := func() (*redlock.Redlock, *redis.ClusterClient) {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = cc.Close() })
+		rl, err := redlock.New([]redis.UniversalClient{cc})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rl.Close() })
+		return rl, cc
+	}
+	holder, cc := newRedlock()
+	waiter, _ := newRedlock()
+
+	// Anyone listening on the classic channel, on any node, hears nothing.
+	var classic []*redis.PubSub
+	for _, nd := range nodes {
+		ps := nd.Client().Subscribe(ctx, redlock.ReleasedChannel)
+		_, err := ps.Receive(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ps.Close() })
+		classic = append(classic, ps)
+	}
+
+	// Resources on different shards, each with its own channel.
+	keys := []string{"alpha", "beta", "gamma"}
+	owner := map[string]string{}
+	for _, k := range keys {
+		m, err := cc.MasterForKey(ctx, k)
+		require.NoError(t, err)
+		owner[m.Options().Addr] = k
+	}
+	require.GreaterOrEqual(t, len(owner), 2, "the resources are on different shards")
+	subscribers := func(k string) int64 {
+		ch := redlock.ReleasedChannel + ":{" + k + "}"
+		m, err := cc.MasterForKey(ctx, ch)
+		require.NoError(t, err)
+		return m.PubSubShardNumSub(ctx, ch).Val()[ch]
+	}
+
+	// A key with a '}' and no hash tag is announced on its slot's channel.
+	keys = append(keys, "odd}key")
+	var held []*redlock.Lock
+	for _, k := range keys {
+		l, err := holder.Acquire(ctx, []string{k}, time.Minute)
+		require.NoError(t, err)
+		held = append(held, l)
+	}
+	type woken struct {
+		key string
+		at  time.Time
+		err error
+	}
+	got := make(chan woken, len(keys))
+	for _, k := range keys {
+		go func() {
+			l, err := waiter.Acquire(ctx, []string{k}, time.Minute,
+				redlock.WithRetryCount(-1), redlock.WithRetryDelay(10*time.Second), redlock.WithRetryJitter(0))
+			at := time.Now()
+			if err == nil {
+				_, err = l.Release(ctx)
+			}
+			got <- woken{k, at, err}
+		}()
+	}
+	for _, k := range keys[:3] {
+		require.Eventually(t, func() bool { return subscribers(k) == 1 }, 5*time.Second, 10*time.Millisecond,
+			"one sharded subscription for %s on its shard", k)
+	}
+	released := time.Now()
+	for _, l := range held {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	}
+	for range keys {
+		select {
+		case w := <-got:
+			require.NoError(t, w.err, "%s: the waiter's Acquire and Release", w.key)
+			t.Logf("%s: woken %v after the releases", w.key, w.at.Sub(released))
+			assert.Less(t, w.at.Sub(released), 2*time.Second, "%s: woken by the release, not the 10s delay", w.key)
+		case <-time.After(15 * time.Second):
+			t.Fatal("a waiter never got its lock")
+		}
+	}
+	for _, k := range keys[:3] {
+		assert.Eventually(t, func() bool { return subscribers(k) == 0 }, 5*time.Second, 10*time.Millisecond,
+			"the subscription for %s ends with its last waiter", k)
+	}
+	for i, ps := range classic {
+		msg, err := ps.ReceiveTimeout(ctx, 100*time.Millisecond)
+		assert.Error(t, err, "node %d: nothing on the classic channel, got %v", i, msg)
+	}
+}

@@ -86,17 +86,21 @@
 //
 // A waiting Acquire wakes at the first announcement that one of its
 // resources was released (the release script publishes on
-// [ReleasedChannel]), or at its retry delay, whichever comes first
-// ([WithWakeOnRelease]). The Redlock subscribes on every node, one
-// connection each, when an Acquire first has to wait; [Redlock.Close] ends
-// the subscriptions.
+// [ReleasedChannel]; on a Cluster, with sharded pub/sub in the resource's
+// slot), or at its retry delay, whichever comes first ([WithWakeOnRelease]).
+// The Acquires of one Redlock that wait for the same resources queue, first
+// come first served: an announcement wakes the longest waiter only. The
+// Redlock subscribes on every node, one connection each (on a Cluster, one
+// per resource waited for), when an Acquire first has to wait;
+// [Redlock.Close] ends the subscriptions.
 //
 // # Concurrency
 //
 // A Redlock and a Lock are safe for concurrent use by multiple goroutines. A
 // Redlock starts no goroutine in New; the goroutines of a call end when the
 // nodes they talk to answer, and the subscription goroutines (one per node,
-// started by the first Acquire that waits) end with [Redlock.Close]. The
+// started by the first Acquire that waits; on a Cluster, one per resource
+// waited for, ended when its last waiter leaves) end with [Redlock.Close]. The
 // clients belong to the caller, who closes them.
 //
 // # From node-redlock

@@ -137,10 +137,13 @@ func WithErrorHandler(fn func(err error)) Option {
 // WithWakeOnRelease sets whether a waiting Acquire wakes as soon as one of
 // its resources is released, instead of only after its retry delay. Every
 // release (and the cleanup of a failed attempt) announces the resources it
-// freed on [ReleasedChannel] on its node; the Redlock subscribes to it on
-// every node, one connection each, when an Acquire first has to wait. A
-// waiter tries again at the first announcement from any node, or at its
-// retry delay, whichever comes first; a wake still counts as a retry. A
+// freed on [ReleasedChannel] on its node (on a Cluster, with sharded pub/sub
+// on a channel in each resource's slot); the Redlock subscribes on every
+// node, one connection each (on a Cluster, one per resource waited for),
+// when an Acquire first has to wait. The Acquires of one Redlock that wait
+// for the same resources queue, first come first served: an announcement
+// wakes the longest waiter, which tries again at once; the others go on
+// waiting, or try at their retry delay. A wake still counts as a retry. A
 // node that does not allow pub/sub, or a lost announcement, costs at most
 // the retry delay. [Redlock.Close] ends the subscriptions. Default: true.
 func WithWakeOnRelease(on bool) Option {

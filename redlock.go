@@ -43,6 +43,23 @@ type node struct {
 	// have not returned yet (see maxOutstanding).
 	outstanding atomic.Int32
 	batch       batcher
+	// sharded is set for a Redis Cluster, where releases are announced
+	// with sharded pub/sub, on one channel per resource.
+	sharded bool
+}
+
+// script returns the script and arguments that run s on this node: on a
+// Cluster, a release announces on each resource's sharded channel.
+func (nd *node) script(s *script, keys []string, args []any) (*script, []any) {
+	if !nd.sharded || s != releaseScript {
+		return s, args
+	}
+	sharded := make([]any, 0, len(args)+len(keys))
+	sharded = append(sharded, args...)
+	for _, k := range keys {
+		sharded = append(sharded, shardedChannel(k))
+	}
+	return releaseShardedScript, sharded
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -68,7 +85,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				return nil, invalid("clients[%d] is the same client as clients[%d]", i, j)
 			}
 		}
-		nodes[i] = &node{client: c}
+		_, sharded := c.(*redis.ClusterClient)
+		nodes[i] = &node{client: c, sharded: sharded}
 	}
 	def := defaultConfig()
 	cfg, err := def.with(opts)
@@ -259,7 +277,8 @@ func (r *Redlock) call(ctx context.Context, cfg *config, as *attemptState, s *sc
 	defer as.finish()
 	nd := r.nodes[i]
 	var ne *NodeError
-	lead, err := nd.batch.do(ctx, nd.client, s, keys, args)
+	ns, nargs := nd.script(s, keys, args)
+	lead, err := nd.batch.do(ctx, nd.client, ns, keys, nargs)
 	if lead {
 		// Our own vote first; then run the calls that queued behind ours.
 		defer nd.batch.lead(nd.client)
@@ -308,7 +327,9 @@ func (r *Redlock) releaseAttempt(as *attemptState) {
 func (r *Redlock) releaseNode(as *attemptState, i int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(as.ctx), as.cfg.nodeTimeout)
 	defer cancel()
-	if err := releaseScript.run(ctx, r.nodes[i].client, as.keys, []any{as.value}); err != nil {
+	nd := r.nodes[i]
+	s, args := nd.script(releaseScript, as.keys, []any{as.value})
+	if err := s.run(ctx, nd.client, as.keys, args); err != nil {
 		var rle *ResourceLockedError
 		if !errors.As(err, &rle) { // "not there" is what a partial attempt leaves
 			r.report(as.cfg, &NodeError{Node: i, Op: OpRelease, Err: err})

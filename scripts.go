@@ -61,6 +61,22 @@ for _, key in ipairs(KEYS) do
 end
 return count
 `
+
+	// releaseShardedSrc is releaseSrc for a Redis Cluster: each freed key
+	// is announced with SPUBLISH (sharded pub/sub, which stays on the
+	// key's shard instead of crossing the whole cluster bus) on its own
+	// channel, ARGV[i+1] (see shardedChannel).
+	releaseShardedSrc = `
+local count = 0
+for i, key in ipairs(KEYS) do
+  if redis.call("get", key) == ARGV[1] then
+    redis.call("del", key)
+    redis.pcall("spublish", ARGV[i + 1], ARGV[1] .. key) -- Redis < 7 still releases
+    count = count + 1
+  end
+end
+return count
+`
 )
 
 // script is a Lua script with its SHA-1, run with EVALSHA and, when the node
@@ -80,6 +96,8 @@ var (
 	acquireScript = newScript(OpAcquire, acquireSrc)
 	extendScript  = newScript(OpExtend, extendSrc)
 	releaseScript = newScript(OpRelease, releaseSrc)
+
+	releaseShardedScript = newScript(OpRelease, releaseShardedSrc)
 )
 
 // run executes s on one node and turns the answer into a vote: nil for a

@@ -18,6 +18,12 @@ import (
 // The message is the freed lock's value (32 hex characters) followed by the
 // resource's name. Waiters of every Redlock, in every process, that use the
 // same nodes wake on it.
+//
+// On a Redis Cluster (a redis.ClusterClient node) releases are announced
+// with sharded pub/sub instead (SPUBLISH, Redis 7+), each on a channel in its
+// resource's hash slot: ReleasedChannel + ":{" + the resource's hash tag (or
+// whole name) + "}", so that an announcement stays on the resource's shard
+// rather than crossing the whole cluster bus.
 const ReleasedChannel = "redlock:released"
 
 // resubscribeAfter is how long a node's subscription waits before trying
@@ -26,8 +32,13 @@ const ReleasedChannel = "redlock:released"
 const resubscribeAfter = time.Second
 
 // waker wakes waiting Acquires when a resource they wait for is released.
-// It holds one subscription per node, shared by every waiter of its
-// Redlock, started on the first wait and ended by Close.
+//
+// On a Redis server (or Sentinel) node it holds one subscription to
+// ReleasedChannel, shared by every waiter of its Redlock, started on the
+// first wait. On a Cluster node, where releases are announced with sharded
+// pub/sub on one channel per resource, it holds one subscription per
+// resource that has waiters, ended when the last one leaves. Close ends them
+// all.
 //
 // Waiters for the same resources queue in a group, first come first
 // served: an announcement wakes only the group's longest waiter. Waking them
@@ -37,12 +48,21 @@ const resubscribeAfter = time.Second
 type waker struct {
 	mu      sync.Mutex
 	closed  bool
-	cancel  context.CancelFunc
-	subs    []*redis.PubSub // per node, nil while not subscribed
-	wg      sync.WaitGroup  // the subscription goroutines
-	groups  map[string]*group
-	byKey   map[string][]*group // the groups that wait for a resource
 	started bool
+	ctx     context.Context // ends with Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the subscription goroutines
+	nodes   []*node
+	subs    map[*sub]struct{}   // every live subscription
+	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
+	groups  map[string]*group   // by groupID
+	byKey   map[string][]*group // the groups that wait for a resource
+}
+
+// sub is one subscription and its goroutine.
+type sub struct {
+	cancel context.CancelFunc
+	ps     *redis.PubSub // guarded by waker.mu; nil while not subscribed
 }
 
 // group is the queue of waiters for one set of resources.
@@ -96,6 +116,9 @@ func (r *Redlock) register(keys []string) *waiter {
 		g = &group{id: id, keys: keys}
 		w.groups[id] = g
 		for _, k := range keys {
+			if len(w.byKey[k]) == 0 {
+				w.watchKey(k)
+			}
 			w.byKey[k] = append(w.byKey[k], g)
 		}
 	}
@@ -113,7 +136,11 @@ func (r *Redlock) unregister(wt *waiter, acquired bool) {
 	}
 	w := &r.wake
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	var stop []*redis.PubSub
+	defer func() {
+		w.mu.Unlock()
+		closeAll(stop)
+	}()
 	g := wt.group
 	i := slices.Index(g.queue, wt)
 	if i >= 0 {
@@ -131,65 +158,117 @@ func (r *Redlock) unregister(wt *waiter, acquired bool) {
 	delete(w.groups, g.id)
 	for _, k := range g.keys {
 		gs := slices.DeleteFunc(w.byKey[k], func(o *group) bool { return o == g })
-		if len(gs) == 0 {
-			delete(w.byKey, k)
-		} else {
+		if len(gs) > 0 {
 			w.byKey[k] = gs
+			continue
 		}
-	}
-}
-
-// start launches one subscription goroutine per node. Called with mu held.
-func (w *waker) start(nodes []*node) {
-	w.started = true
-	w.groups = map[string]*group{}
-	w.byKey = map[string][]*group{}
-	w.subs = make([]*redis.PubSub, len(nodes))
-	ctx, cancel := context.WithCancel(context.Background())
-	w.cancel = cancel
-	for i, nd := range nodes {
-		w.wg.Add(1)
-		go w.subscribe(ctx, i, nd.client)
-	}
-}
-
-// subscribe keeps node i's subscription and dispatches its announcements
-// until ctx ends. A node that refuses or loses the subscription is tried
-// again after resubscribeAfter; its waiters meanwhile rely on the delay.
-func (w *waker) subscribe(ctx context.Context, i int, c redis.UniversalClient) {
-	defer w.wg.Done()
-	for ctx.Err() == nil {
-		ps := c.Subscribe(ctx, ReleasedChannel)
-		w.mu.Lock()
-		if w.closed {
-			w.mu.Unlock()
-			_ = ps.Close()
-			return
-		}
-		w.subs[i] = ps
-		w.mu.Unlock()
-		// Receive the confirmation first: a node that does not allow
-		// pub/sub answers with an error here.
-		_, err := ps.Receive(ctx)
-		for err == nil {
-			var msg *redis.Message
-			// ReceiveMessage reconnects by itself after network errors;
-			// Close ends it.
-			msg, err = ps.ReceiveMessage(ctx)
-			if err == nil {
-				w.notify(msg.Payload)
+		delete(w.byKey, k)
+		for _, s := range w.keySubs[k] {
+			s.cancel()
+			delete(w.subs, s)
+			if s.ps != nil {
+				stop = append(stop, s.ps)
 			}
 		}
-		w.mu.Lock()
-		w.subs[i] = nil
-		w.mu.Unlock()
-		_ = ps.Close()
-		t := time.NewTimer(resubscribeAfter)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
+		delete(w.keySubs, k)
+	}
+}
+
+// start subscribes to ReleasedChannel on every node that is not a Cluster.
+// Called with mu held.
+func (w *waker) start(nodes []*node) {
+	w.started = true
+	w.nodes = nodes
+	w.groups = map[string]*group{}
+	w.byKey = map[string][]*group{}
+	w.subs = map[*sub]struct{}{}
+	w.keySubs = map[string][]*sub{}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	for _, nd := range nodes {
+		if !nd.sharded {
+			c := nd.client
+			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) })
 		}
-		t.Stop()
+	}
+}
+
+// watchKey subscribes to key's sharded channel on every Cluster node, for
+// the first waiter of key. Called with mu held.
+func (w *waker) watchKey(key string) {
+	ch := shardedChannel(key)
+	for _, nd := range w.nodes {
+		if cc, ok := nd.client.(*redis.ClusterClient); ok {
+			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) })
+			w.keySubs[key] = append(w.keySubs[key], s)
+		}
+	}
+}
+
+// listen starts a subscription made by open, and its goroutine, which
+// dispatches the announcements until the subscription is cancelled or the
+// waker closed. A node that refuses or loses the subscription is tried
+// again after resubscribeAfter; its waiters meanwhile rely on the delay.
+// Called with mu held.
+func (w *waker) listen(open func(context.Context) *redis.PubSub) *sub {
+	ctx, cancel := context.WithCancel(w.ctx)
+	s := &sub{cancel: cancel}
+	w.subs[s] = struct{}{}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for ctx.Err() == nil {
+			ps := open(ctx)
+			w.mu.Lock()
+			if ctx.Err() != nil { // cancelled or closed meanwhile
+				w.mu.Unlock()
+				_ = ps.Close()
+				return
+			}
+			s.ps = ps
+			w.mu.Unlock()
+			w.receive(ctx, ps)
+			w.mu.Lock()
+			s.ps = nil
+			w.mu.Unlock()
+			_ = ps.Close()
+			t := time.NewTimer(resubscribeAfter)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}()
+	return s
+}
+
+// receive dispatches ps's announcements until it fails, is closed, or the
+// node ends the subscription (a Cluster does when the slot moves).
+func (w *waker) receive(ctx context.Context, ps *redis.PubSub) {
+	for {
+		// Receive reconnects by itself after a network error; Close
+		// ends it. A node that does not allow pub/sub answers the
+		// subscription with an error.
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			w.notify(m.Payload)
+		case *redis.Subscription:
+			if m.Count == 0 { // unsubscribed by the node
+				return
+			}
+		}
+	}
+}
+
+// closeAll closes subscriptions whose contexts are cancelled: that does not
+// interrupt a Receive waiting for the node, closing it does.
+func closeAll(subs []*redis.PubSub) {
+	for _, ps := range subs {
+		_ = ps.Close()
 	}
 }
 
@@ -238,8 +317,9 @@ func (wt *waiter) channel() <-chan struct{} {
 const closeWait = time.Second
 
 // Close ends the Redlock's subscriptions to release announcements (one
-// connection per node, opened by the first Acquire that had to wait) and
-// waits for their goroutines. It does not close the clients given to New,
+// connection per node, opened by the first Acquire that had to wait; on a
+// Cluster, one per resource being waited for) and waits for their
+// goroutines. It does not close the clients given to New,
 // which stay the caller's. After Close, Acquire, Extend, Release and Using
 // still work; waiting Acquires retry on their delay alone. Close is
 // idempotent and safe for concurrent use. It returns an error only when a
@@ -257,7 +337,12 @@ func (r *Redlock) Close() error {
 		return nil
 	}
 	w.closed = true
-	subs := append([]*redis.PubSub(nil), w.subs...)
+	var subs []*redis.PubSub
+	for s := range w.subs {
+		if s.ps != nil {
+			subs = append(subs, s.ps)
+		}
+	}
 	if w.cancel != nil {
 		w.cancel()
 	}
@@ -267,13 +352,9 @@ func (r *Redlock) Close() error {
 			wt.poke()
 		}
 	}
-	w.groups, w.byKey = nil, nil
+	w.groups, w.byKey, w.keySubs, w.subs = nil, nil, nil, nil
 	w.mu.Unlock()
-	for _, ps := range subs {
-		if ps != nil {
-			_ = ps.Close() // ends a ReceiveMessage that ctx cannot interrupt
-		}
-	}
+	closeAll(subs)
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
 	t := time.NewTimer(closeWait)
