@@ -89,7 +89,8 @@
 // [ReleasedChannel]; on a Cluster, with sharded pub/sub in the resource's
 // slot), or at its retry delay, whichever comes first ([WithWakeOnRelease]).
 // The Acquires of one Redlock that wait for the same resources queue, first
-// come first served: an announcement wakes the longest waiter only. The
+// come first served: an announcement wakes the longest waiter only, and a
+// newcomer joins the queue before its first attempt. The
 // Redlock subscribes on every node, one connection each (on a Cluster, one
 // per resource waited for), when an Acquire first has to wait;
 // [Redlock.Close] ends the subscriptions.

@@ -143,7 +143,8 @@ func WithErrorHandler(fn func(err error)) Option {
 // when an Acquire first has to wait. The Acquires of one Redlock that wait
 // for the same resources queue, first come first served: an announcement
 // wakes the longest waiter, which tries again at once; the others go on
-// waiting, or try at their retry delay. A wake still counts as a retry. A
+// waiting, or try at their retry delay. A new Acquire that may wait joins
+// the queue, when there is one, before its first attempt. A wake still counts as a retry. A
 // node that does not allow pub/sub, or a lost announcement, costs at most
 // the retry delay. [Redlock.Close] ends the subscriptions. Default: true.
 func WithWakeOnRelease(on bool) Option {

@@ -489,6 +489,15 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	if p.ttl > 0 {
 		d = drift(cfg.driftFactor, p.ttl)
 	}
+	// An Acquire that may wait joins the queue of this Redlock's waiters
+	// for the same resources, when there is one, before its first attempt:
+	// trying at once would jump the queue, and could split the nodes with
+	// the head's attempt at the next release.
+	if p.s.op == OpAcquire && cfg.wake && cfg.retryCount != 0 {
+		if wake = r.join(p.keys); wake != nil && !sleep(ctx, retryDelay(cfg), wake.channel(), false) {
+			return fail("not attempted", nil, ctx.Err())
+		}
+	}
 	for i := 0; ; i++ {
 		if p.s.op == OpExtend && !time.Now().Before(p.until) {
 			return fail("cannot extend an already-expired lock", ErrLockExpired, nil)

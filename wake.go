@@ -127,6 +127,20 @@ func (r *Redlock) register(keys []string) *waiter {
 	return wt
 }
 
+// join queues a waiter for keys only when the Redlock already has waiters
+// for the same resources; it returns nil when it has none.
+func (r *Redlock) join(keys []string) *waiter {
+	w := &r.wake
+	w.mu.Lock()
+	g := w.groups[groupID(keys)]
+	queued := g != nil && len(g.queue) > 0
+	w.mu.Unlock()
+	if !queued {
+		return nil
+	}
+	return r.register(keys)
+}
+
 // unregister removes wt from its group. A head that leaves without the lock
 // (cancelled, out of retries) passes a wake on to the next in line: the wake
 // it may have taken must not be lost to the others.

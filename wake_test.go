@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,4 +227,45 @@ func TestWaitersQueueInOrder(t *testing.T) {
 	t.Logf("order %v, %d attempts for %d hand-offs", got, tries, n)
 	assert.Equal(t, []int{0, 1, 2, 3}, got, "first come, first served")
 	assert.Less(t, tries, 2*n, "each release wakes one waiter, not all")
+}
+
+// A newcomer does not jump the queue: while the Redlock has waiters for a
+// resource, a new waiting Acquire of it queues behind them before its first
+// attempt, even when the resource happens to be free (here: the holder's
+// lock expired, which nobody announces, and the head waits for its delay).
+func TestNewcomerJoinsTheQueue(t *testing.T) {
+	holder := newCluster(t, 3)
+	waiter := newClusterOn(t, holder.nodes, nil)
+	ctx := context.Background()
+	const key = "{redlock}barge"
+	_, err := holder.rl.Acquire(ctx, []string{key}, 300*time.Millisecond)
+	require.NoError(t, err)
+	order := make(chan string, 2)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	acquire := func(name string, delay time.Duration) {
+		l, err := waiter.rl.Acquire(ctx, []string{key}, time.Minute,
+			redlock.WithRetryCount(-1), redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0))
+		if err != nil {
+			order <- name + ": " + err.Error()
+			return
+		}
+		order <- name
+		time.Sleep(20 * time.Millisecond)
+		_, _ = l.Release(ctx)
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); acquire("head", 1500*time.Millisecond) }() // fails once, then waits 1.5s
+	time.Sleep(500 * time.Millisecond)                                      // the holder's lock has expired
+	go func() { defer wg.Done(); acquire("newcomer", 10*time.Second) }()
+	var got []string
+	for range 2 {
+		select {
+		case name := <-order:
+			got = append(got, name)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("stuck after %v", got)
+		}
+	}
+	assert.Equal(t, []string{"head", "newcomer"}, got, "first come, first served")
 }
