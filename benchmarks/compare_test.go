@@ -31,7 +31,7 @@ var (
 	duration   = flag.Duration("duration", 3*time.Second, "how long each library runs each workload")
 	nodeBench  = flag.Bool("node", true, "add node-redlock's column when benchmarks/node is installed (npm ci)")
 	reportFile = flag.String("report", "", "also write the table to this file")
-	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\")")
+	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\", the raw-socket ceiling: \"ceiling\")")
 )
 
 const (
@@ -120,6 +120,10 @@ func TestCompare(t *testing.T) {
 		}
 	}
 	table := formatTable(order, results)
+	if selected("ceiling") {
+		c := ceiling(t, addrs, "ceiling")
+		table += fmt.Sprintf("\nCeiling for the sequential workload on these nodes: %.0f ops/s (raw RESP over one socket per node, written to all 5 and read from all 5 by one goroutine: SET NX PX, then a compare-and-delete script; no library, pool or goroutine per node). redlock reaches %.2fx of it.\n", c, results["redlock"].Seq/c)
+	}
 	fmt.Println(table)
 	if *reportFile != "" {
 		if err := os.WriteFile(*reportFile, []byte(table), 0o644); err != nil {
