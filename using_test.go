@@ -25,23 +25,36 @@ var usingOpts = []redlock.Option{
 
 const usingTTL = 300 * time.Millisecond
 
-// fn outlives several ttls: the lock is extended on every node the whole
-// time, fn's ctx is never cancelled, and the keys are gone afterwards.
+// fn outlives several ttls: the lock is extended on the nodes that hold it
+// (a quorum at least) the whole time, fn's ctx is never cancelled, and the
+// keys are gone afterwards.
 func TestUsingExtends(t *testing.T) {
 	c := newCluster(t, 3)
 	var value string
 	var maxPTTLAfterTTL time.Duration
 	err := c.rl.Using(context.Background(), []string{"{redlock}u"}, usingTTL, func(ctx context.Context) error {
-		// Acquire returned at quorum: node 0's write may still be landing.
-		require.Eventually(t, func() bool {
-			value = c.get(t, 0, "{redlock}u")
-			return len(value) == 32
-		}, time.Second, time.Millisecond, "node 0 holds the lock")
+		// Acquire returned at quorum: a minority's write may still be
+		// landing, or (a node answering after the node timeout on a busy
+		// machine) be missing for good; extensions then keep the quorum.
+		var holders []int
+		for deadline := time.Now().Add(100 * time.Millisecond); ; {
+			holders, value = holders[:0], ""
+			for i := range 3 {
+				if v := c.get(t, i, "{redlock}u"); len(v) == 32 {
+					holders, value = append(holders, i), v
+				}
+			}
+			if len(holders) == 3 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		require.GreaterOrEqual(t, len(holders), 2, "a quorum holds the lock")
 		begin := time.Now()
 		for time.Since(begin) < 4*usingTTL {
 			time.Sleep(20 * time.Millisecond)
 			if time.Since(begin) > usingTTL+50*time.Millisecond {
-				for i := range 3 {
+				for _, i := range holders {
 					assert.Equal(t, value, c.get(t, i, "{redlock}u"), "node %d still holds the lock", i)
 					maxPTTLAfterTTL = max(maxPTTLAfterTTL, c.pttl(t, i, "{redlock}u"))
 				}
