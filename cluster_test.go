@@ -14,25 +14,28 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
+// clusterRedlock returns a Redlock whose one node is a ClusterClient of its
+// own over the Cluster nodes; both are closed at the test's end.
+func clusterRedlock(t *testing.T, nodes []*redistest.Node) (*redlock.Redlock, *redis.ClusterClient) {
+	var addrs []string
+	for _, nd := range nodes {
+		addrs = append(addrs, nd.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	rl, err := redlock.New([]redis.UniversalClient{cc})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	return rl, cc
+}
+
 // A Redis Cluster behind one redis.ClusterClient is one node of the quorum.
 // Multi-resource locks need one hash slot (a hash tag); across slots the
 // node answers CROSSSLOT and votes against. Waiting works there too: the
 // release script's announcement reaches a waiter in another Redlock.
 func TestClusterClientAsOneNode(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, nd := range nodes {
-		addrs = append(addrs, nd.Addr())
-	}
-	newRedlock := func() (*redlock.Redlock, *redis.ClusterClient) {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		t.Cleanup(func() { _ = cc.Close() })
-		rl, err := redlock.New([]redis.UniversalClient{cc})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = rl.Close() })
-		return rl, cc
-	}
-	rl, cc := newRedlock()
+	rl, cc := clusterRedlock(t, nodes)
 	ctx := context.Background()
 
 	keys := []string{"{orders}:1", "{orders}:2"}
@@ -52,7 +55,7 @@ func TestClusterClientAsOneNode(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), "CROSSSLOT"), "the node's answer is in the error: %v", err)
 
 	// A waiter in another Redlock is woken by the release.
-	other, _ := newRedlock()
+	other, _ := clusterRedlock(t, nodes)
 	got := make(chan error, 1)
 	var at time.Time
 	go func() {
@@ -84,21 +87,9 @@ func TestClusterClientAsOneNode(t *testing.T) {
 // when its last waiter leaves.
 func TestClusterShardedWake(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, nd := range nodes {
-		addrs = append(addrs, nd.Addr())
-	}
 	ctx := context.Background()
-	newRedlock := func() (*redlock.Redlock, *redis.ClusterClient) {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		t.Cleanup(func() { _ = cc.Close() })
-		rl, err := redlock.New([]redis.UniversalClient{cc})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = rl.Close() })
-		return rl, cc
-	}
-	holder, cc := newRedlock()
-	waiter, _ := newRedlock()
+	holder, cc := clusterRedlock(t, nodes)
+	waiter, _ := clusterRedlock(t, nodes)
 
 	// Anyone listening on the classic channel, on any node, hears nothing.
 	var classic []*redis.PubSub

@@ -494,7 +494,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// trying at once would jump the queue, and could split the nodes with
 	// the head's attempt at the next release.
 	if p.s.op == OpAcquire && cfg.wake && cfg.retryCount != 0 {
-		if wake = r.join(p.keys); wake != nil && !sleep(ctx, retryDelay(cfg), wake.channel(), false) {
+		if wake = r.register(p.keys, true); wake != nil && !sleep(ctx, retryDelay(cfg), wake.channel(), false) {
 			return fail("not attempted", nil, ctx.Err())
 		}
 	}
@@ -576,7 +576,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			return fail("unable to achieve a quorum during its retry window", sentinel, nil)
 		}
 		if wake == nil && p.s.op == OpAcquire && cfg.wake {
-			wake = r.register(p.keys)
+			wake = r.register(p.keys, false)
 		}
 		if wake != nil {
 			v := o.value // this attempt's cleanup must not wake us

@@ -280,17 +280,11 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
-	select {
-	case l := <-got:
-		assert.NotEqual(t, held.Value(), l.Value())
-		assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), time.Minute)
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-	case err := <-fail:
-		t.Fatalf("waiting Acquire = %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiting Acquire did not get the lock after it was released")
-	}
+	l := awaitLock(t, got, fail, 10*time.Second, "waiting Acquire did not get the lock after it was released")
+	assert.NotEqual(t, held.Value(), l.Value())
+	assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), time.Minute)
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
 }
 
 // Fixed: with an even n a 1:1 split is decided at once (node-redlock hangs

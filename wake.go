@@ -48,11 +48,9 @@ const resubscribeAfter = time.Second
 type waker struct {
 	mu      sync.Mutex
 	closed  bool
-	started bool
 	ctx     context.Context // ends with Close
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the subscription goroutines
-	nodes   []*node
+	wg      sync.WaitGroup      // the subscription goroutines
 	subs    map[*sub]struct{}   // every live subscription
 	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
 	groups  map[string]*group   // by groupID
@@ -98,26 +96,31 @@ func groupID(keys []string) string {
 // register queues a waiter for keys, woken when one of them is announced as
 // released by someone else while it heads its group's queue; its channel
 // holds one wake, so that a storm of announcements yields at most one
-// pending wake. It returns nil when the Redlock is closed. The caller must
-// call unregister with it.
-func (r *Redlock) register(keys []string) *waiter {
+// pending wake. With queuedOnly it queues only behind other waiters for the
+// same resources, and returns nil when there are none. It returns nil when
+// the Redlock is closed. The caller must call unregister with a non-nil
+// waiter.
+func (r *Redlock) register(keys []string, queuedOnly bool) *waiter {
 	w := &r.wake
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
-		return nil
-	}
-	if !w.started { // first wait: subscribe
-		w.start(r.nodes)
+	if w.closed || queuedOnly && len(w.groups) == 0 {
+		return nil // closed, or no waiter at all: an uncontended Acquire pays no more
 	}
 	id := groupID(keys)
-	g := w.groups[id]
+	g := w.groups[id] // nil map before the first wait
+	if queuedOnly && (g == nil || len(g.queue) == 0) {
+		return nil
+	}
+	if w.groups == nil { // first wait: subscribe
+		w.start(r.nodes)
+	}
 	if g == nil {
 		g = &group{id: id, keys: keys}
 		w.groups[id] = g
 		for _, k := range keys {
 			if len(w.byKey[k]) == 0 {
-				w.watchKey(k)
+				w.watchKey(k, r.nodes)
 			}
 			w.byKey[k] = append(w.byKey[k], g)
 		}
@@ -125,20 +128,6 @@ func (r *Redlock) register(keys []string) *waiter {
 	wt := &waiter{group: g, wake: make(chan struct{}, 1)}
 	g.queue = append(g.queue, wt)
 	return wt
-}
-
-// join queues a waiter for keys only when the Redlock already has waiters
-// for the same resources; it returns nil when it has none.
-func (r *Redlock) join(keys []string) *waiter {
-	w := &r.wake
-	w.mu.Lock()
-	g := w.groups[groupID(keys)]
-	queued := g != nil && len(g.queue) > 0
-	w.mu.Unlock()
-	if !queued {
-		return nil
-	}
-	return r.register(keys)
 }
 
 // unregister removes wt from its group. A head that leaves without the lock
@@ -191,8 +180,6 @@ func (r *Redlock) unregister(wt *waiter, acquired bool) {
 // start subscribes to ReleasedChannel on every node that is not a Cluster.
 // Called with mu held.
 func (w *waker) start(nodes []*node) {
-	w.started = true
-	w.nodes = nodes
 	w.groups = map[string]*group{}
 	w.byKey = map[string][]*group{}
 	w.subs = map[*sub]struct{}{}
@@ -207,10 +194,10 @@ func (w *waker) start(nodes []*node) {
 }
 
 // watchKey subscribes to key's sharded channel on every Cluster node, for
-// the first waiter of key. Called with mu held.
-func (w *waker) watchKey(key string) {
+// the first waiter of key. Called with mu held, after start.
+func (w *waker) watchKey(key string, nodes []*node) {
 	ch := shardedChannel(key)
-	for _, nd := range w.nodes {
+	for _, nd := range nodes {
 		if cc, ok := nd.client.(*redis.ClusterClient); ok {
 			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) })
 			w.keySubs[key] = append(w.keySubs[key], s)

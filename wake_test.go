@@ -36,6 +36,21 @@ func waitFor(rl *redlock.Redlock, key string, opts ...redlock.Option) (<-chan *r
 	return got, fail, at
 }
 
+// awaitLock returns the lock a waitFor delivers within d, failing the test
+// (saying what was expected) on an error or a timeout.
+func awaitLock(t *testing.T, got <-chan *redlock.Lock, fail <-chan error, d time.Duration, what string) *redlock.Lock {
+	t.Helper()
+	select {
+	case l := <-got:
+		return l
+	case err := <-fail:
+		t.Fatalf("waiting Acquire = %v", err)
+	case <-time.After(d):
+		t.Fatal(what)
+	}
+	return nil
+}
+
 // A waiter in another Redlock (as another process would be) gets the lock
 // as soon as it is released, not after its retry delay of 10 s.
 func TestWakeOnRelease(t *testing.T) {
@@ -49,18 +64,12 @@ func TestWakeOnRelease(t *testing.T) {
 	released := time.Now()
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
-	select {
-	case l := <-got:
-		took := at.Sub(released)
-		t.Logf("acquired %v after the release", took)
-		assert.Less(t, took, time.Second, "woken by the release, not by the 10s retry delay")
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-	case err := <-fail:
-		t.Fatalf("waiting Acquire = %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not woken by the release")
-	}
+	l := awaitLock(t, got, fail, 5*time.Second, "the waiter was not woken by the release")
+	took := at.Sub(released)
+	t.Logf("acquired %v after the release", took)
+	assert.Less(t, took, time.Second, "woken by the release, not by the 10s retry delay")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
 }
 
 // With pub/sub denied (an ACL user without channels), releases still work
@@ -85,15 +94,9 @@ func TestWakeWithoutPubSub(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	_, err = held.Release(ctx)
 	require.NoError(t, err, "Release on nodes that deny PUBLISH")
-	select {
-	case l := <-got:
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-	case err := <-fail:
-		t.Fatalf("waiting Acquire = %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter never got the lock without pub/sub")
-	}
+	l := awaitLock(t, got, fail, 10*time.Second, "the waiter never got the lock without pub/sub")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
 }
 
 // Close during a wait: the waiter goes on, on its retry delay alone, and gets
@@ -110,15 +113,9 @@ func TestCloseDuringWait(t *testing.T) {
 	require.NoError(t, waiter.rl.Close(), "second Close")
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
-	select {
-	case l := <-got:
-		_, err := l.Release(ctx)
-		require.NoError(t, err, "Release after Close")
-	case err := <-fail:
-		t.Fatalf("waiting Acquire = %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not get the lock after Close")
-	}
+	l := awaitLock(t, got, fail, 10*time.Second, "the waiter did not get the lock after Close")
+	_, err = l.Release(ctx)
+	require.NoError(t, err, "Release after Close")
 }
 
 // A storm of announcements wakes a waiter at most once per announcement,
