@@ -1,9 +1,11 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors that callers branch on with [errors.Is].
@@ -91,20 +93,42 @@ func (e *NodeError) Error() string {
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // NodeTimeoutError is the vote recorded for a node that did not answer within
-// the per-node timeout ([WithNodeTimeout]), or that was skipped because too
-// many earlier calls to it are still unanswered.
+// the per-node timeout ([WithNodeTimeout]), or whose call was not sent
+// because the node (on a Cluster, the shard) went silent past that timeout
+// recently: its circuit is open, and calls to it fail at once until one node
+// timeout has passed, when a single call is sent as a probe.
+//
+// It never matches context.DeadlineExceeded, even when the client noticed the
+// deadline first: a node's silence is not the caller's ctx ending.
 type NodeTimeoutError struct {
-	// Outstanding is set when the node was not called at all because this
-	// many calls to it have passed their timeout and not yet returned.
-	Outstanding int
+	// Timeout is the node timeout that passed.
+	Timeout time.Duration
+	// CircuitOpen is set when the call was not sent at all.
+	CircuitOpen bool
+	// Shard is the address of the Cluster shard primary that did not
+	// answer; empty for a node that is one server.
+	Shard string
+	// Cause is what the client said when it gave up by itself (its own
+	// read timeout, say); nil when redlock's timer ran out first. It is
+	// kept for the text and not unwrapped.
+	Cause error
 }
 
 // Error implements the error interface.
 func (e *NodeTimeoutError) Error() string {
-	if e.Outstanding > 0 {
-		return fmt.Sprintf("node skipped: %d earlier calls are still unanswered after their timeout", e.Outstanding)
+	var b strings.Builder
+	if e.Shard != "" {
+		fmt.Fprintf(&b, "shard %s: ", e.Shard)
 	}
-	return "node did not answer within the per-node timeout"
+	if e.CircuitOpen {
+		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) recently; one call is tried again %v after the silence", e.Timeout, e.Timeout)
+	} else {
+		fmt.Fprintf(&b, "no answer within %v (WithNodeTimeout)", e.Timeout)
+	}
+	if e.Cause != nil && !errors.Is(e.Cause, context.DeadlineExceeded) {
+		fmt.Fprintf(&b, " (client: %v)", e.Cause)
+	}
+	return b.String()
 }
 
 // ExecutionError is returned by Acquire, Extend and Release when the

@@ -89,6 +89,7 @@ func FuzzValidity(f *testing.F) {
 func FuzzOptions(f *testing.F) {
 	f.Add(0.01, 10, int64(200e6), int64(100e6), int64(500e6), int64(100e6))
 	f.Add(math.NaN(), -1, int64(0), int64(0), int64(0), int64(1))
+	f.Add(0.5, 0, int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(time.Millisecond))
 	f.Add(1.0, -2, int64(-1), int64(-1), int64(-1), int64(0))
 	f.Fuzz(func(t *testing.T, drift float64, retries int, delay, jitter, threshold, timeout int64) {
 		base := defaultConfig()
@@ -97,7 +98,9 @@ func FuzzOptions(f *testing.F) {
 			WithRetryJitter(time.Duration(jitter)), WithAutomaticExtensionThreshold(time.Duration(threshold)),
 			WithNodeTimeout(time.Duration(timeout)),
 		})
-		ok := drift >= 0 && drift < 1 && retries >= -1 && delay >= 0 && jitter >= 0 && threshold >= 0 && timeout > 0
+		const day = int64(24 * time.Hour)
+		ok := drift >= 0 && drift < 1 && retries >= -1 && delay >= 0 && delay <= day && jitter >= 0 && jitter <= day &&
+			threshold >= 0 && threshold <= day && timeout >= int64(time.Millisecond) && timeout <= day
 		if ok != (err == nil) {
 			t.Fatalf("with(drift %v, retries %d, delay %d, jitter %d, threshold %d, timeout %d) = %v, want ok=%v",
 				drift, retries, delay, jitter, threshold, timeout, err, ok)

@@ -22,6 +22,9 @@ type Lock struct {
 	// handle must no longer act on the keys, which a newer Lock with the
 	// same value may hold.
 	spent atomic.Bool
+	// releasing is set once a release has sent anything: from then on the
+	// lock may be gone from a quorum, even if the release failed.
+	releasing atomic.Bool
 }
 
 // Resources returns a copy of the locked resources, in the order given.
@@ -43,19 +46,19 @@ func (l *Lock) Value() string {
 
 // Expiration returns the time until which the lock is held: the start of
 // the successful attempt + ttl - drift. It returns the zero time once the
-// lock has been released or extended.
+// lock has been extended, or a release of it has been attempted.
 func (l *Lock) Expiration() time.Time {
-	if l == nil || l.spent.Load() {
+	if l == nil || l.spent.Load() || l.releasing.Load() {
 		return time.Time{}
 	}
 	return l.expiration
 }
 
-// Valid reports whether the lock is still held by its own account: neither
-// released nor extended, and its expiration not yet reached. It asks no
-// node.
+// Valid reports whether the lock is still held by its own account: not
+// extended, no release of it attempted (even one that failed: its deletes may
+// have landed), and its expiration not yet reached. It asks no node.
 func (l *Lock) Valid() bool {
-	return l != nil && !l.spent.Load() && time.Now().Before(l.expiration)
+	return l != nil && !l.spent.Load() && !l.releasing.Load() && time.Now().Before(l.expiration)
 }
 
 // Attempts returns the statistics of the attempts that produced this lock

@@ -39,6 +39,14 @@ func defaultConfig() config {
 	}
 }
 
+// Bounds of the duration options. A node timeout below minNodeTimeout leaves
+// no time for any answer; maxDuration keeps every sum of delays (a retry
+// delay plus its jitter, a threshold plus Using's 100ms) far from overflowing.
+const (
+	minNodeTimeout = time.Millisecond
+	maxDuration    = 24 * time.Hour
+)
+
 // validate reports the first setting that is out of range.
 func (c *config) validate() error {
 	switch {
@@ -46,14 +54,14 @@ func (c *config) validate() error {
 		return invalid("drift factor %v is outside [0, 1)", c.driftFactor)
 	case c.retryCount < -1:
 		return invalid("retry count %d is below -1 (-1 means until ctx ends)", c.retryCount)
-	case c.retryDelay < 0:
-		return invalid("retry delay %v is negative", c.retryDelay)
-	case c.retryJitter < 0:
-		return invalid("retry jitter %v is negative", c.retryJitter)
-	case c.extensionThreshold < 0:
-		return invalid("automatic extension threshold %v is negative", c.extensionThreshold)
-	case c.nodeTimeout <= 0:
-		return invalid("node timeout %v is not positive", c.nodeTimeout)
+	case c.retryDelay < 0 || c.retryDelay > maxDuration:
+		return invalid("retry delay %v is outside [0, %v]", c.retryDelay, maxDuration)
+	case c.retryJitter < 0 || c.retryJitter > maxDuration:
+		return invalid("retry jitter %v is outside [0, %v]", c.retryJitter, maxDuration)
+	case c.extensionThreshold < 0 || c.extensionThreshold > maxDuration:
+		return invalid("automatic extension threshold %v is outside [0, %v]", c.extensionThreshold, maxDuration)
+	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
+		return invalid("node timeout %v is outside [%v, %v]", c.nodeTimeout, minNodeTimeout, maxDuration)
 	}
 	return nil
 }
@@ -89,21 +97,24 @@ func WithRetryCount(n int) Option {
 	return func(c *config) { c.retryCount = n }
 }
 
-// WithRetryDelay sets the base delay between two attempts. Default: 200ms.
+// WithRetryDelay sets the base delay between two attempts, at most 24h.
+// Default: 200ms.
 func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) { c.retryDelay = d }
 }
 
 // WithRetryJitter sets the jitter added to each retry delay: a uniformly
 // random amount in [-j, +j), so that contending callers spread out. The delay
-// never goes below zero. Default: 100ms.
+// never goes below zero. At most 24h. Default: 100ms.
 func WithRetryJitter(j time.Duration) Option {
 	return func(c *config) { c.retryJitter = j }
 }
 
 // WithAutomaticExtensionThreshold sets how long before a lock's expiration
-// [Redlock.Using] extends it. Using requires ttl >= threshold + 100ms.
-// Default: 500ms.
+// [Redlock.Using] extends it, at most 24h. Using requires ttl >= threshold +
+// 100ms, and a threshold of at least the node timeout ([WithNodeTimeout]): an
+// extension may need a whole node timeout to hear from a quorum, and the lock
+// must not expire meanwhile. Default: 500ms.
 func WithAutomaticExtensionThreshold(d time.Duration) Option {
 	return func(c *config) { c.extensionThreshold = d }
 }
@@ -114,7 +125,14 @@ func WithAutomaticExtensionThreshold(d time.Duration) Option {
 // so it holds even when the go-redis client has no timeout of its own (or
 // ignores context deadlines, as go-redis does unless ContextTimeoutEnabled is
 // set). For acquire and extend it is further capped at the lock's validity,
-// since a later answer could not be used. Default: 100ms.
+// since a later answer could not be used. It must be in [1ms, 24h].
+//
+// Only a node's own silence past this timeout counts against it: after one,
+// calls to that node (on a Cluster, that shard) fail at once without being
+// sent, until one node timeout has passed, when one call is sent alone as a
+// probe; an answer to it ends the pause. So a node that does not answer holds
+// at most 4 of redlock's goroutines, however many calls are made meanwhile,
+// and costs each caller nothing more than a vote against. Default: 100ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }

@@ -8,18 +8,12 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// maxOutstanding bounds, per node, the calls that have passed their timeout
-// and are still waiting for the node. Past it the node is not called at all
-// (it votes against with a *NodeTimeoutError) until some of those calls
-// return, so a hung node costs at most this many parked goroutines however
-// many locks are taken meanwhile.
-const maxOutstanding = 16
 
 // Redlock runs the Redlock algorithm over N independent Redis nodes: a lock
 // is held when a majority (quorum n/2+1) of nodes hold its random value.
@@ -31,35 +25,10 @@ const maxOutstanding = 16
 // Acquire that waits) end with [Redlock.Close]. It does not own the clients:
 // closing them is the caller's job.
 type Redlock struct {
-	nodes []*node
-	cfg   *config
-	wake  waker // subscriptions to release announcements, see WithWakeOnRelease
-}
-
-// node is one member of the quorum.
-type node struct {
-	client redis.UniversalClient
-	// outstanding counts this node's calls that passed their timeout and
-	// have not returned yet (see maxOutstanding).
-	outstanding atomic.Int32
-	batch       batcher
-	// sharded is set for a Redis Cluster, where releases are announced
-	// with sharded pub/sub, on one channel per resource.
-	sharded bool
-}
-
-// script returns the script and arguments that run s on this node: on a
-// Cluster, a release announces on each resource's sharded channel.
-func (nd *node) script(s *script, keys []string, args []any) (*script, []any) {
-	if !nd.sharded || s != releaseScript {
-		return s, args
-	}
-	sharded := make([]any, 0, len(args)+len(keys))
-	sharded = append(sharded, args...)
-	for _, k := range keys {
-		sharded = append(sharded, shardedChannel(k))
-	}
-	return releaseShardedScript, sharded
+	nodes   []*node
+	cfg     *config
+	wake    waker          // subscriptions to release announcements, see WithWakeOnRelease
+	workers sync.WaitGroup // every lane worker (see node.go)
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -74,7 +43,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
 	}
-	nodes := make([]*node, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			return nil, invalid("clients[%d] is nil", i)
@@ -85,15 +53,26 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				return nil, invalid("clients[%d] is the same client as clients[%d]", i, j)
 			}
 		}
-		_, sharded := c.(*redis.ClusterClient)
-		nodes[i] = &node{client: c, sharded: sharded}
+		if _, ok := c.(*redis.Ring); ok {
+			// go-redis sends a script to the shard of its first key: a lock
+			// on [x y] and one on [y x] would run on different shards, and
+			// both succeed.
+			return nil, invalid("clients[%d] is a *redis.Ring, which routes a script by its first key only, so two locks "+
+				"sharing a resource can both succeed on different shards: give each shard as its own *redis.Client node, "+
+				"or use a Redis Cluster (ClusterClient) with hash-tagged resources", i)
+		}
 	}
 	def := defaultConfig()
 	cfg, err := def.with(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Redlock{nodes: nodes, cfg: cfg}, nil
+	r := &Redlock{cfg: cfg}
+	r.nodes = make([]*node, len(clients))
+	for i, c := range clients {
+		r.nodes[i] = newNode(i, c, &r.workers)
+	}
+	return r, nil
 }
 
 // isNil reports whether c is nil or an interface holding a nil pointer.
@@ -119,240 +98,6 @@ func (r *Redlock) Quorum() int {
 		return 0
 	}
 	return len(r.nodes)/2 + 1
-}
-
-// ExecutionStats describes one attempt of an operation on every node.
-//
-// An attempt is decided as soon as its outcome is certain: when a quorum has
-// voted for, or when so many have voted against that a quorum is out of
-// reach. Nodes that had not answered by then are in neither list; their
-// answers still reach the [WithErrorHandler] handler when they come.
-type ExecutionStats struct {
-	// Start is when the attempt began; a successful lock's expiration is
-	// counted from it.
-	Start time.Time
-	// MembershipSize is the number of nodes, QuorumSize n/2+1.
-	MembershipSize int
-	QuorumSize     int
-	// VotesFor lists the indexes (into the clients given to New) of the
-	// nodes that voted for, in the order their answers arrived.
-	VotesFor []int
-	// VotesAgainst holds each vote against, with its reason.
-	VotesAgainst []*NodeError
-	// Late reports that a quorum voted for, but only after the lock's
-	// validity had passed, so the attempt counted as a failure.
-	Late bool
-}
-
-// ExecutionResult is what a successful Release returns.
-type ExecutionResult struct {
-	// Attempts holds the statistics of each attempt (only the last one when
-	// retries are unlimited).
-	Attempts []ExecutionStats
-	// Start is when the successful attempt began.
-	Start time.Time
-}
-
-// vote is one node's answer in one attempt.
-type vote struct {
-	node int
-	err  *NodeError // nil: for
-}
-
-// Call states, one per node per attempt. The node's goroutine and the
-// attempt's deadline race to move it out of callRunning; the winner sends the
-// node's vote, so every node votes exactly once per attempt and each vote
-// against reaches the error handler once.
-const (
-	callRunning   int32 = iota
-	callDone            // the node answered
-	callAbandoned       // the deadline passed first and voted for it
-)
-
-// attemptState is shared between an attempt's collector and its node
-// goroutines, which may outlive the attempt.
-type attemptState struct {
-	votes  chan vote      // buffered for every node: a send never blocks
-	calls  []atomic.Int32 // one call state per node
-	left   atomic.Int32   // goroutines still running; the last one cleans up
-	stop   func() bool    // unregisters the deadline's AfterFunc
-	cancel context.CancelFunc
-
-	// For the release of a failed acquire attempt (see releaseAttempt).
-	ctx     context.Context // the caller's; its cancellation is stripped when releasing
-	cfg     *config
-	keys    []string
-	value   any
-	clean   []atomic.Bool // the node surely wrote nothing (held by another)
-	release atomic.Bool   // the attempt failed: release on every node
-}
-
-// attempt runs s on every node at once and collects votes until the outcome
-// is certain. It returns when a quorum has voted either way, not when every
-// node has: a slow or hung minority never holds it up, and no node holds it
-// up for longer than timeout.
-func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration) (ExecutionStats, *attemptState) {
-	n := len(r.nodes)
-	q := n/2 + 1
-	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q, VotesFor: make([]int, 0, n)}
-
-	// callCtx carries the per-node deadline to the client (go-redis honours
-	// it while waiting for a pooled connection, and for reads when
-	// ContextTimeoutEnabled is set). It is not cancelled when the attempt is
-	// decided: the slower nodes should still get the write. The last
-	// goroutine to finish cancels it.
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	as := &attemptState{votes: make(chan vote, n), calls: make([]atomic.Int32, n), cancel: cancel}
-	if s.op == OpAcquire {
-		as.ctx, as.cfg, as.keys, as.value, as.clean = ctx, cfg, keys, args[0], make([]atomic.Bool, n)
-	}
-	as.left.Store(int32(n))
-	// At the deadline (or when the caller's ctx ends), every call still
-	// running votes against in its node's place. This does not wait for the
-	// collector: a call that runs on after the attempt was decided at quorum
-	// is counted as outstanding all the same, which is what bounds the
-	// goroutines parked on a hung node.
-	as.stop = context.AfterFunc(callCtx, func() {
-		var reason error = &NodeTimeoutError{}
-		if err := ctx.Err(); err != nil {
-			reason = err
-		}
-		for i := range n {
-			if as.calls[i].CompareAndSwap(callRunning, callAbandoned) {
-				r.nodes[i].outstanding.Add(1)
-				as.votes <- vote{node: i, err: r.report(cfg, &NodeError{Node: i, Op: s.op, Err: reason})}
-			}
-		}
-	})
-	for i, nd := range r.nodes {
-		if out := nd.outstanding.Load(); out >= maxOutstanding {
-			as.calls[i].Store(callDone)
-			as.votes <- vote{node: i, err: r.report(cfg, &NodeError{Node: i, Op: s.op, Err: &NodeTimeoutError{Outstanding: int(out)}})}
-			as.finish()
-			continue
-		}
-		go r.call(callCtx, cfg, as, s, i, keys, args)
-	}
-
-	// Every node votes once, by the deadline at the latest, and decided is
-	// true once all have voted, so this loop ends.
-	for {
-		if done, _ := decided(n, len(st.VotesFor), len(st.VotesAgainst)); done {
-			break
-		}
-		st.add(<-as.votes)
-	}
-	return st, as
-}
-
-// decided reports whether an attempt on n nodes with these votes has a
-// certain outcome, and whether that outcome is a quorum for (n/2+1 votes).
-// A quorum for is out of reach once more than n-q nodes voted against.
-// Deciding on either threshold is what keeps an even n from hanging on a
-// split vote: node-redlock waits for a quorum of votes against, which never
-// comes when n=2 splits 1:1. Once all n have voted, one of the two holds.
-func decided(n, votesFor, votesAgainst int) (done, won bool) {
-	q := n/2 + 1
-	switch {
-	case votesFor >= q:
-		return true, true
-	case votesAgainst > n-q:
-		return true, false
-	}
-	return false, false
-}
-
-// add records v in st.
-func (st *ExecutionStats) add(v vote) {
-	if v.err == nil {
-		st.VotesFor = append(st.VotesFor, v.node)
-	} else {
-		st.VotesAgainst = append(st.VotesAgainst, v.err)
-	}
-}
-
-// call runs s on node i and sends its vote, unless the deadline has already
-// voted for it.
-func (r *Redlock) call(ctx context.Context, cfg *config, as *attemptState, s *script, i int, keys []string, args []any) {
-	defer as.finish()
-	nd := r.nodes[i]
-	var ne *NodeError
-	ns, nargs := nd.script(s, keys, args)
-	lead, err := nd.batch.do(ctx, nd.client, ns, keys, nargs)
-	if lead {
-		// Our own vote first; then run the calls that queued behind ours.
-		defer nd.batch.lead(nd.client)
-	}
-	if err != nil {
-		ne = &NodeError{Node: i, Op: s.op, Err: err}
-		if _, ok := err.(*ResourceLockedError); ok && as.clean != nil {
-			as.clean[i].Store(true)
-		}
-	}
-	if as.calls[i].CompareAndSwap(callRunning, callDone) {
-		if ne != nil {
-			r.report(cfg, ne)
-		}
-		as.votes <- vote{node: i, err: ne}
-	} else {
-		// The deadline voted for this call and reported it; the late
-		// answer is dropped.
-		r.nodes[i].outstanding.Add(-1)
-	}
-	// A failed acquire attempt is released on this node only now that this
-	// node's acquire has returned: sent earlier, on another connection, the
-	// release could reach the node first and the acquire then stay behind.
-	if as.release.Load() && !as.clean[i].Load() {
-		r.releaseNode(as, i)
-	}
-}
-
-// releaseAttempt releases a failed acquire attempt's value on every node
-// that may have written it, without waiting: at once on the nodes whose call
-// has returned, and from each other node's own goroutine once its call
-// returns (see call). The flag is set before the states are read and each
-// goroutine sets its state before it reads the flag, so no node is missed; a
-// node may be released twice, which is harmless.
-func (r *Redlock) releaseAttempt(as *attemptState) {
-	as.release.Store(true)
-	for i := range r.nodes {
-		if as.calls[i].Load() != callRunning && !as.clean[i].Load() && r.nodes[i].outstanding.Load() < maxOutstanding {
-			go r.releaseNode(as, i)
-		}
-	}
-}
-
-// releaseNode runs the release script for as's value on node i, bounded by
-// the node timeout (where the client honours it), reporting a failure.
-func (r *Redlock) releaseNode(as *attemptState, i int) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(as.ctx), as.cfg.nodeTimeout)
-	defer cancel()
-	nd := r.nodes[i]
-	s, args := nd.script(releaseScript, as.keys, []any{as.value})
-	if err := s.run(ctx, nd.client, as.keys, args); err != nil {
-		var rle *ResourceLockedError
-		if !errors.As(err, &rle) { // "not there" is what a partial attempt leaves
-			r.report(as.cfg, &NodeError{Node: i, Op: OpRelease, Err: err})
-		}
-	}
-}
-
-// finish marks one of the attempt's goroutines done. The last one stops the
-// deadline's AfterFunc (nothing is left for it to do) and releases the
-// context's timer.
-func (as *attemptState) finish() {
-	if as.left.Add(-1) == 0 {
-		as.stop()
-		as.cancel()
-	}
-}
-
-// report passes a vote against to the error handler and returns it.
-func (r *Redlock) report(cfg *config, ne *NodeError) *NodeError {
-	if cfg.onError != nil {
-		cfg.onError(ne)
-	}
-	return ne
 }
 
 // drift is the part of a ttl that is not trusted because the nodes' clocks
@@ -478,6 +223,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	}
 	n, q := len(r.nodes), r.Quorum()
 	unlimited := cfg.retryCount == -1
+	var released []atomic.Bool // release: the nodes that deleted the value, in any attempt
+	if p.s.op == OpRelease {
+		released = make([]atomic.Bool, n)
+	}
 	var sentinel error // ErrResourceLocked when the last whole attempt was lost to contention
 	// A waiting Acquire wakes when one of its resources is released. It
 	// registers after its first failed attempt, so that an uncontended
@@ -516,7 +265,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// An answer after the validity is over could not be used.
 			timeout = min(timeout, p.ttl-d)
 		}
-		st, as := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout)
+		st, as := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout, released)
 		locked := 0 // votes that say "held by another" / "no longer ours"
 		for _, v := range st.VotesAgainst {
 			if _, ok := v.Err.(*ResourceLockedError); ok {
@@ -549,7 +298,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		// release runs even when ctx has ended, and is not waited for: a
 		// failed or cancelled Acquire returns at once.
 		if p.s.op == OpAcquire && locked < n {
-			r.releaseAttempt(as)
+			as.releaseAttempt()
 		}
 
 		// A quorum of "not held" for extend or release cannot change by
@@ -666,6 +415,9 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	if lock.spent.Load() {
 		return nil, &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: "the lock was already released or extended", sentinel: ErrLockExpired}
 	}
+	if lock.releasing.Load() {
+		return nil, &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: "a release of the lock was attempted, so it may be gone", sentinel: ErrLockExpired}
+	}
 	p := plan{s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)}, ttl: ttl, until: lock.expiration}
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
@@ -706,6 +458,9 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 		// Another Lock with the same value may be alive (an extension):
 		// deleting the keys now would release it.
 		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released or extended", sentinel: ErrLockExpired}
+	}
+	if ctx.Err() == nil {
+		lock.releasing.Store(true) // before anything is sent; see Valid
 	}
 	p := plan{s: releaseScript, keys: lock.resources, args: []any{lock.value}, until: lock.expiration}
 	o := r.execute(ctx, cfg, &p)

@@ -60,7 +60,8 @@ func TestConfigValidate(t *testing.T) {
 	ok := []Option{
 		WithDriftFactor(0), WithDriftFactor(0.999), WithRetryCount(-1), WithRetryCount(0),
 		WithRetryDelay(0), WithRetryJitter(0), WithAutomaticExtensionThreshold(0),
-		WithNodeTimeout(time.Nanosecond), WithErrorHandler(nil), nil,
+		WithNodeTimeout(time.Millisecond), WithNodeTimeout(24 * time.Hour), WithRetryDelay(24 * time.Hour),
+		WithRetryJitter(24 * time.Hour), WithAutomaticExtensionThreshold(24 * time.Hour), WithErrorHandler(nil), nil,
 	}
 	base := defaultConfig()
 	for i, o := range ok {
@@ -79,6 +80,15 @@ func TestConfigValidate(t *testing.T) {
 		"node timeout 0s":           WithNodeTimeout(0),
 		"node timeout -1s":          WithNodeTimeout(-time.Second),
 		"retry count math.MinInt64": WithRetryCount(math.MinInt),
+		// Issue 11, item 10: values that made calls meaningless or overflowed.
+		"node timeout 1ns":           WithNodeTimeout(time.Nanosecond),
+		"node timeout 999us":         WithNodeTimeout(999 * time.Microsecond),
+		"node timeout max":           WithNodeTimeout(math.MaxInt64),
+		"retry delay max":            WithRetryDelay(math.MaxInt64),
+		"retry jitter max":           WithRetryJitter(math.MaxInt64),
+		"retry delay 24h+1ns":        WithRetryDelay(24*time.Hour + 1),
+		"automatic extension max":    WithAutomaticExtensionThreshold(math.MaxInt64),
+		"automatic extension 24h+1s": WithAutomaticExtensionThreshold(24*time.Hour + time.Second),
 	}
 	for name, o := range bad {
 		_, err := base.with([]Option{o})

@@ -33,8 +33,8 @@ import (
 // Using's goroutine has exited by the time it returns.
 //
 // Using returns an error matching [ErrInvalidArgument], before anything is
-// acquired, for a nil fn, a ttl less than the threshold + 100ms, and anything
-// Acquire refuses.
+// acquired, for a nil fn, a ttl less than the threshold + 100ms, a threshold
+// below the node timeout, and anything Acquire refuses.
 func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if err := r.ready(ctx); err != nil {
 		return err
@@ -53,9 +53,15 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		return err
 	}
 	// node-redlock's rule: the lock must outlive the threshold by 100ms, or
-	// it would need extending before fn could do anything.
-	if ttl < cfg.extensionThreshold+100*time.Millisecond {
+	// it would need extending before fn could do anything. (Written so that
+	// no sum can overflow.)
+	if ttl-100*time.Millisecond < cfg.extensionThreshold {
 		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms", ttl, cfg.extensionThreshold)
+	}
+	// An extension may wait a whole node timeout for its quorum.
+	if cfg.extensionThreshold < cfg.nodeTimeout {
+		return invalid("automatic extension threshold %v is below the node timeout %v: the lock could expire while an "+
+			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
 	}
 
 	lock, err := r.acquire(ctx, cfg, resources, ttl)

@@ -186,7 +186,7 @@ func (w *waker) start(nodes []*node) {
 	w.keySubs = map[string][]*sub{}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, nd := range nodes {
-		if !nd.sharded {
+		if nd.cluster == nil {
 			c := nd.client
 			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) })
 		}

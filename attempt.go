@@ -1,0 +1,279 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// ExecutionStats describes one attempt of an operation on every node.
+//
+// An attempt is decided as soon as its outcome is certain: when a quorum has
+// voted for, or when so many have voted against that a quorum is out of
+// reach. Nodes that had not answered by then are in neither list; their
+// answers still reach the [WithErrorHandler] handler when they come.
+type ExecutionStats struct {
+	// Start is when the attempt began; a successful lock's expiration is
+	// counted from it.
+	Start time.Time
+	// MembershipSize is the number of nodes, QuorumSize n/2+1.
+	MembershipSize int
+	QuorumSize     int
+	// VotesFor lists the indexes (into the clients given to New) of the
+	// nodes that voted for, in the order their answers arrived.
+	VotesFor []int
+	// VotesAgainst holds each vote against, with its reason.
+	VotesAgainst []*NodeError
+	// Late reports that a quorum voted for, but only after the lock's
+	// validity had passed, so the attempt counted as a failure.
+	Late bool
+}
+
+// ExecutionResult is what a successful Release returns.
+type ExecutionResult struct {
+	// Attempts holds the statistics of each attempt (only the last one when
+	// retries are unlimited).
+	Attempts []ExecutionStats
+	// Start is when the successful attempt began.
+	Start time.Time
+}
+
+// vote is one node's answer in one attempt.
+type vote struct {
+	node int
+	err  *NodeError // nil: for
+}
+
+// What happened to one node's call in one attempt.
+const (
+	callQueued  int32 = iota // submitted, not sent yet
+	callSkipped              // never sent: the node wrote nothing
+	callSent                 // sent, not answered yet
+	callDone                 // answered, or failed by the client
+)
+
+// nodeCall is one node's part of an attempt.
+type nodeCall struct {
+	call
+	state     atomic.Int32 // callQueued ... callDone
+	voted     atomic.Bool  // its vote was counted: its answer, or the collector giving up on it
+	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
+	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
+}
+
+// Attempt outcomes, once the collector has decided.
+const (
+	undecided int32 = iota
+	attemptWon
+	attemptLost
+)
+
+// attemptState is shared between an attempt's collector and the lanes that
+// send its calls, which may answer after the attempt was decided.
+type attemptState struct {
+	r        *Redlock
+	cfg      *config
+	op       Op
+	ctx      context.Context // the caller's
+	keys     []string
+	value    any           // acquire: the attempt's value, for its release
+	timeout  time.Duration // the collector's wait
+	deadline time.Time     // start + timeout: an acquire or extend not sent by then is not sent
+	votes    chan vote     // room for every node: a send never blocks
+	nodes    []nodeCall
+	outcome  atomic.Int32
+	failed   atomic.Bool // acquire: the attempt failed; release what it wrote
+	// released marks, for a release, the nodes that deleted the value in
+	// any attempt of the call (an answer that came late included): those
+	// count for in the later attempts, where the value is gone by our own
+	// doing.
+	released []atomic.Bool
+}
+
+// attempt runs s on every node at once and collects votes until the outcome
+// is certain. It returns when a quorum has voted either way, not when every
+// node has: a slow or hung minority never holds it up, and no node holds it
+// up for longer than timeout. When ctx ends, the nodes that have not voted
+// vote against with ctx's error, and it returns at once.
+func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration, released []atomic.Bool) (ExecutionStats, *attemptState) {
+	n := len(r.nodes)
+	q := n/2 + 1
+	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q, VotesFor: make([]int, 0, n)}
+	as := &attemptState{r: r, cfg: cfg, op: s.op, ctx: ctx, keys: keys, timeout: timeout, deadline: st.Start.Add(timeout),
+		votes: make(chan vote, n), nodes: make([]nodeCall, n), released: released}
+	if s.op == OpAcquire {
+		as.value = args[0]
+	}
+	for i, nd := range r.nodes {
+		nc := &as.nodes[i]
+		if released != nil && released[i].Load() {
+			nc.state.Store(callDone)
+			as.vote(i, nil)
+			continue
+		}
+		ns, nargs := nd.script(s, keys, args)
+		nc.call = call{s: ns, keys: keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i}
+		nd.laneFor(keys[0]).submit(&nc.call)
+	}
+
+	// Every node votes once: by its answer, or here at the deadline or
+	// when ctx ends. So this loop ends by the deadline at the latest.
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	done := ctx.Done()
+	for {
+		if ok, w := decided(n, len(st.VotesFor), len(st.VotesAgainst)); ok {
+			if w {
+				as.outcome.Store(attemptWon)
+			} else {
+				as.outcome.Store(attemptLost)
+			}
+			return st, as
+		}
+		select {
+		case v := <-as.votes:
+			st.add(v)
+		case <-timer.C:
+			for i := range n {
+				as.vote(i, &NodeTimeoutError{Timeout: timeout})
+			}
+		case <-done:
+			done = nil
+			for i := range n {
+				as.vote(i, ctx.Err())
+			}
+		}
+	}
+}
+
+// vote counts node i's vote, unless it was counted already: the first of
+// the node's answer and the collector's giving up on it wins, so that every
+// node votes once per attempt and each vote against reaches the error
+// handler once.
+func (as *attemptState) vote(i int, err error) {
+	if !as.nodes[i].voted.CompareAndSwap(false, true) {
+		return
+	}
+	var ne *NodeError
+	if err != nil {
+		ne = report(as.cfg, &NodeError{Node: i, Op: as.op, Err: err})
+	}
+	as.votes <- vote{node: i, err: ne}
+}
+
+// sending reports whether node i's call is still worth sending, as its lane
+// is about to send it, and records the answer. A release is always sent (it
+// only ever deletes our own value). An acquire or extend is not sent once
+// its attempt failed (acquire) or was decided (extend), its caller's ctx
+// ended, or its deadline passed: nothing is written, so nothing needs
+// cleaning.
+func (as *attemptState) sending(i int) bool {
+	nc := &as.nodes[i]
+	if as.op != OpRelease {
+		var why error
+		switch out := as.outcome.Load(); {
+		case as.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
+			nc.voted.Store(true) // nobody waits for this vote any more
+			nc.state.Store(callSkipped)
+			return false
+		case as.ctx.Err() != nil:
+			why = as.ctx.Err()
+		case !time.Now().Before(as.deadline):
+			why = &NodeTimeoutError{Timeout: as.timeout}
+		}
+		if why != nil {
+			nc.state.Store(callSkipped)
+			as.vote(i, why)
+			return false
+		}
+	}
+	nc.state.Store(callSent)
+	return true
+}
+
+// answer takes node i's answer (or, for a call never sent, the reason), and
+// votes with it unless the node's vote was counted already. The state is
+// recorded before the failed flag is read, and releaseAttempt sets the flag
+// before it reads the states, so a failed attempt's write is released
+// whichever of the two comes first.
+func (as *attemptState) answer(i int, err error) {
+	nc := &as.nodes[i]
+	if nc.state.Load() != callSent { // refused by an open lane: nothing written
+		nc.state.Store(callSkipped)
+		as.vote(i, err)
+		return
+	}
+	switch err.(type) {
+	case nil:
+		if as.released != nil {
+			as.released[i].Store(true)
+		}
+	case *ResourceLockedError:
+		if as.op == OpAcquire {
+			nc.clean.Store(true) // held by another: this attempt wrote nothing there
+		}
+	}
+	nc.state.Store(callDone)
+	as.vote(i, err)
+	if as.failed.Load() {
+		as.clean(i)
+	}
+}
+
+// releaseAttempt releases a failed acquire attempt's value on every node
+// that may have written it, without waiting: at once on the nodes that have
+// answered, and on each other node as soon as it answers (see answer). A
+// node whose call was never sent, or that said "held by another", wrote
+// nothing and is left alone.
+func (as *attemptState) releaseAttempt() {
+	as.failed.Store(true)
+	for i := range as.nodes {
+		as.clean(i)
+	}
+}
+
+// clean releases the failed attempt's value on node i once the node's
+// acquire has answered, at most once.
+func (as *attemptState) clean(i int) {
+	nc := &as.nodes[i]
+	if nc.state.Load() != callDone || nc.clean.Load() || nc.releasing.Swap(true) {
+		return
+	}
+	nd := as.r.nodes[i]
+	s, args := nd.script(releaseScript, as.keys, []any{as.value})
+	nd.laneFor(as.keys[0]).submit(&call{s: s, keys: as.keys, args: args, timeout: as.cfg.nodeTimeout, cfg: as.cfg})
+}
+
+// report passes a vote against to the error handler and returns it.
+func report(cfg *config, ne *NodeError) *NodeError {
+	if cfg.onError != nil {
+		cfg.onError(ne)
+	}
+	return ne
+}
+
+// decided reports whether an attempt on n nodes with these votes has a
+// certain outcome, and whether that outcome is a quorum for (n/2+1 votes).
+// A quorum for is out of reach once more than n-q nodes voted against.
+// Deciding on either threshold is what keeps an even n from hanging on a
+// split vote: node-redlock waits for a quorum of votes against, which never
+// comes when n=2 splits 1:1. Once all n have voted, one of the two holds.
+func decided(n, votesFor, votesAgainst int) (done, won bool) {
+	q := n/2 + 1
+	switch {
+	case votesFor >= q:
+		return true, true
+	case votesAgainst > n-q:
+		return true, false
+	}
+	return false, false
+}
+
+// add records v in st.
+func (st *ExecutionStats) add(v vote) {
+	if v.err == nil {
+		st.VotesFor = append(st.VotesFor, v.node)
+	} else {
+		st.VotesAgainst = append(st.VotesAgainst, v.err)
+	}
+}
