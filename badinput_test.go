@@ -60,6 +60,9 @@ func TestBadInputCampaign(t *testing.T) {
 		"threshold -1ns": redlock.WithAutomaticExtensionThreshold(-1),
 		"node timeout 0": redlock.WithNodeTimeout(0), "node timeout -1s": redlock.WithNodeTimeout(-time.Second),
 		"node timeout min": redlock.WithNodeTimeout(math.MinInt64),
+		"node timeout 1ns": redlock.WithNodeTimeout(1), "node timeout 999us": redlock.WithNodeTimeout(999 * time.Microsecond),
+		"node timeout max": redlock.WithNodeTimeout(math.MaxInt64), "retry delay max": redlock.WithRetryDelay(math.MaxInt64),
+		"retry jitter max": redlock.WithRetryJitter(math.MaxInt64), "threshold max": redlock.WithAutomaticExtensionThreshold(math.MaxInt64),
 	}
 
 	type call struct {
@@ -103,6 +106,15 @@ func TestBadInputCampaign(t *testing.T) {
 	add("Using(ttl below threshold+100ms)", func() error { return c.rl.Using(ctx, []string{"a"}, 599*time.Millisecond, fn) })
 	add("Using(threshold above ttl)", func() error {
 		return c.rl.Using(ctx, []string{"a"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(time.Hour))
+	})
+	add("Using(threshold 1ms, below the node timeout)", func() error {
+		return c.rl.Using(ctx, []string{"a"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(time.Millisecond))
+	})
+	add("New(Ring)", func() error {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.nodes[0].Addr(), "b": c.nodes[1].Addr()}})
+		defer ring.Close()
+		_, err := redlock.New([]redis.UniversalClient{ring})
+		return err
 	})
 	add("nil Redlock.Using", func() error { return nilRedlock.Using(ctx, []string{"a"}, time.Second, fn) })
 

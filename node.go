@@ -43,7 +43,9 @@ import (
 //     worker, when the answer comes after the attempt failed), so that the
 //     release can never overtake the acquire on another connection.
 //  6. Silence. A watchdog fires when a batch has no answer after its node
-//     timeout. It opens the breaker, fails the queued calls, and detaches
+//     timeout. It opens the breaker, fails the queued calls (a cleanup
+//     release is held instead, and sent again as soon as the node answers
+//     anything: a slow node still gets its cleanups), and detaches
 //     the worker, which stays parked in the client until the node answers or
 //     the client gives up. Only a node's own silence opens its breaker: a
 //     caller that gives up early, or a call that waited in the queue behind
@@ -67,6 +69,10 @@ import (
 // So a node that does not answer holds at most maxParked goroutines of this
 // package, however many calls are made meanwhile; a node that answers within
 // the node timeout is never opened, however many callers gave up on it.
+
+// maxHeld bounds the cleanup releases a lane holds while its breaker is
+// open; past it the oldest are given up (and reported).
+const maxHeld = 4096
 
 // maxParked bounds the workers parked on one lane (a node, or a Cluster
 // shard) that does not answer: while that many are parked, the lane sends
@@ -160,6 +166,7 @@ type lane struct {
 	retryAt time.Time     // open: when a probe may go
 	silence time.Duration // open: the node timeout that passed
 	parked  int           // detached workers still inside the client
+	held    []*call       // cleanup releases refused while open, sent when the node answers
 }
 
 // call is one script call on one lane.
@@ -185,8 +192,11 @@ type call struct {
 func (l *lane) submit(c *call) {
 	l.mu.Lock()
 	if err := l.admit(time.Now()); err != nil {
+		dropped := l.hold(c)
 		l.mu.Unlock()
-		l.finish(c, err)
+		for _, d := range dropped {
+			l.finish(d, err)
+		}
 		return
 	}
 	l.queue = append(l.queue, c)
@@ -280,6 +290,7 @@ func (l *lane) send(batch []*call) bool {
 			answered = true
 		}
 	}
+	var resend, failed []*call
 	l.mu.Lock()
 	switch {
 	case !onTime:
@@ -292,9 +303,30 @@ func (l *lane) send(batch []*call) bool {
 	default:
 		// The client gave up before the watchdog (its own timeout, or it
 		// honoured the deadline): the node was silent all the same.
-		l.trip(timeout)
+		failed = l.trip(timeout)
+	}
+	if answered {
+		resend, l.held = l.held, nil
+	} else {
+		// No answer: a cleanup release in the batch is held for the
+		// node's return, like those that queued behind it.
+		kept := batch[:0]
+		for _, c := range batch {
+			if c.at == nil {
+				failed = append(failed, l.hold(c)...)
+			} else {
+				kept = append(kept, c)
+			}
+		}
+		batch = kept
 	}
 	l.mu.Unlock()
+	for _, c := range failed {
+		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard})
+	}
+	for _, c := range resend {
+		l.submit(c)
+	}
 	if answered && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
@@ -323,13 +355,34 @@ func (l *lane) silent(batch []*call, timeout time.Duration) {
 	}
 }
 
-// trip opens the breaker after a silence of timeout and returns the queued
-// calls, which the caller must fail. Called with mu held.
+// trip opens the breaker after a silence of timeout, holds the queued
+// cleanup releases, and returns the other queued calls (and any cleanup
+// dropped past maxHeld), which the caller must fail. Called with mu held.
 func (l *lane) trip(timeout time.Duration) []*call {
 	l.state, l.retryAt, l.silence = open, time.Now().Add(timeout), timeout
-	queued := l.queue
+	var failed []*call
+	for _, c := range l.queue {
+		failed = append(failed, l.hold(c)...)
+	}
 	l.queue = nil
-	return queued
+	return failed
+}
+
+// hold keeps a cleanup release refused by an open breaker, to be sent when
+// the node next answers, and returns the calls to fail instead: c itself
+// when it is an attempt's call, the oldest held one past maxHeld. Called with
+// mu held.
+func (l *lane) hold(c *call) []*call {
+	if c.at != nil {
+		return []*call{c}
+	}
+	l.held = append(l.held, c)
+	if len(l.held) <= maxHeld {
+		return nil
+	}
+	oldest := l.held[0]
+	l.held = l.held[1:]
+	return []*call{oldest}
 }
 
 // finish hands c's answer (or the reason it was not sent) to its attempt,

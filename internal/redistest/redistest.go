@@ -251,17 +251,23 @@ func StartCluster(tb testing.TB, n int) []*Node {
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
-	c := redis.NewClient(&redis.Options{Addr: nodes[0].Addr()})
-	defer c.Close()
+	// Every node must see the cluster as ok: one that does not yet answers
+	// CLUSTERDOWN.
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := c.ClusterInfo(context.Background()).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return nodes
+	for _, nd := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: nd.Addr()})
+		for {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				tb.Fatalf("redistest: cluster not ok on %s after 20s: %v %s", nd.Addr(), err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: cluster not ok after 20s: %v %s", err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		_ = c.Close()
 	}
+	return nodes
 }
