@@ -27,9 +27,13 @@
 //     number of nodes that splits never hangs, and a call returns as soon as a
 //     quorum has voted rather than waiting for the slowest node.
 //   - Every node call has a timeout enforced by redlock ([WithNodeTimeout]),
-//     which holds even when the go-redis client has none of its own. The
-//     goroutines left talking to a hung node are bounded (16 per node) and
-//     end when the node answers or the client times out.
+//     which holds even when the go-redis client has none of its own, and no
+//     call outlives its ctx. A node silent past that timeout has its circuit
+//     opened: its calls fail at once, unsent, until a single probe call is
+//     answered. At most 4 goroutines are parked on a node that does not
+//     answer (on a Cluster, per shard: a hung shard holds up only its own
+//     slots); they end when the node answers or the client times out. A
+//     caller that gives up early never makes a healthy node look sick.
 //   - An attempt that reaches a quorum only after the lock's validity has
 //     passed is a failure, and is cleaned up.
 //   - A failed acquire attempt releases what it wrote before the next one,
@@ -47,11 +51,12 @@
 //
 // # Performance
 //
-// Concurrent calls to the same node are sent together as one pipeline: the
-// node goroutine that finds a node idle runs its own call, hands in its
-// vote, and then sends whatever queued meanwhile in one write. A Redlock
-// shared by many goroutines therefore makes far fewer round trips than it
-// serves calls; a single goroutine pays one round trip per node per call.
+// Concurrent calls to the same node are sent together as one pipeline: each
+// node (each Cluster shard) has a queue and at most one worker goroutine,
+// which sends whatever queued while its previous batch was out in one
+// write. A Redlock shared by many goroutines therefore makes far fewer round
+// trips than it serves calls; a single goroutine pays one round trip per
+// node per call.
 //
 // # Errors
 //
@@ -76,7 +81,8 @@
 // has acquired. Do the work within [Lock.Expiration], and check [Lock.Valid]
 // before acting on the protected resource.
 //
-// A redis.ClusterClient or FailoverClient counts as one node. On a Cluster,
+// A redis.ClusterClient or FailoverClient counts as one node; a redis.Ring
+// is refused (it routes a script by its first key only). On a Cluster,
 // the resources of one lock must share a hash slot (a hash tag such as
 // "{orders}:1" and "{orders}:2"); otherwise the node answers CROSSSLOT and
 // votes against. Replication is asynchronous, so a failover can lose a lock
@@ -98,11 +104,12 @@
 // # Concurrency
 //
 // A Redlock and a Lock are safe for concurrent use by multiple goroutines. A
-// Redlock starts no goroutine in New; the goroutines of a call end when the
-// nodes they talk to answer, and the subscription goroutines (one per node,
-// started by the first Acquire that waits; on a Cluster, one per resource
-// waited for, ended when its last waiter leaves) end with [Redlock.Close]. The
-// clients belong to the caller, who closes them.
+// Redlock starts no goroutine in New. Its node workers end when their queue
+// is empty (a worker parked on a node that does not answer, when the node
+// answers or the client gives up); the subscription goroutines (one per
+// node, started by the first Acquire that waits; on a Cluster, one per
+// resource waited for, ended when its last waiter leaves) end with
+// [Redlock.Close]. The clients belong to the caller, who closes them.
 //
 // # From node-redlock
 //

@@ -56,7 +56,9 @@ func (parkedHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 //go:noinline
-func parkedOn(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error { return next(ctx, cmd) }
+func parkedOn(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+	return next(ctx, cmd)
+}
 
 //go:noinline
 func parkedOnPipeline(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {

@@ -310,15 +310,12 @@ func (l *lane) send(batch []*call) bool {
 	} else {
 		// No answer: a cleanup release in the batch is held for the
 		// node's return, like those that queued behind it.
-		kept := batch[:0]
+		// (batch is not changed: the watchdog may be reading it.)
 		for _, c := range batch {
 			if c.at == nil {
 				failed = append(failed, l.hold(c)...)
-			} else {
-				kept = append(kept, c)
 			}
 		}
-		batch = kept
 	}
 	l.mu.Unlock()
 	for _, c := range failed {
@@ -331,7 +328,9 @@ func (l *lane) send(batch []*call) bool {
 		l.node.mapped.Store(true)
 	}
 	for _, c := range batch {
-		l.finish(c, c.err)
+		if c.at != nil || answered {
+			l.finish(c, c.err)
+		}
 	}
 	return onTime
 }

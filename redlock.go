@@ -19,8 +19,9 @@ import (
 // is held when a majority (quorum n/2+1) of nodes hold its random value.
 //
 // A Redlock is safe for concurrent use by multiple goroutines and must not
-// be copied. New starts no goroutine. Each call's goroutines end when the
-// node they talk to answers (see [WithNodeTimeout]); the subscriptions that
+// be copied. New starts no goroutine. Each node has at most one worker
+// sending its calls, plus at most 4 parked on it while it does not answer
+// (see [WithNodeTimeout]); they end when the node answers. The subscriptions that
 // wake waiting Acquires (one goroutine per node, started by the first
 // Acquire that waits) end with [Redlock.Close]. It does not own the clients:
 // closing them is the caller's job.
@@ -435,9 +436,12 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 }
 
 // Release deletes lock's resources on every node that still holds its value,
-// and succeeds when a quorum did. The Lock is spent after a successful
-// release, or one that found the lock gone; after a release that failed on
-// node errors it may be released again. Options start from those lock was
+// and succeeds when a quorum did; a node where an earlier attempt of the same
+// call deleted it counts for. Once Release has sent anything, the Lock is no
+// longer Valid and cannot be extended, even if the release fails: its deletes
+// may have landed. The Lock is spent after a successful release, or one that
+// found the lock gone; after a release that failed on node errors it may be
+// released again. Options start from those lock was
 // acquired with.
 //
 // Release returns an error matching [ErrInvalidArgument] for a nil Lock or a

@@ -64,6 +64,13 @@ var schedule = []phase{
 			h.restartAfter(h.nodes[2], safetyTTL+100*time.Millisecond)
 		},
 		end: func(h *harness) { h.waitRestart() }},
+	{name: "2 nodes slow (+30ms each way), half the callers cancel 0-20ms in",
+		start: func(h *harness) {
+			h.proxies[0].SetLatency(30*time.Millisecond, 30*time.Millisecond)
+			h.proxies[2].SetLatency(30*time.Millisecond, 30*time.Millisecond)
+			h.cancelEarly.Store(true)
+		},
+		end: func(h *harness) { h.cancelEarly.Store(false); h.proxies[0].Heal(); h.proxies[2].Heal() }},
 	{name: "1 node hung, 1 node slow (+50ms one way)",
 		start: func(h *harness) {
 			h.proxies[1].Set(redistest.Hang)
@@ -88,6 +95,9 @@ type harness struct {
 	cutStop chan struct{}
 	cutDone chan struct{}
 	restart chan struct{}
+	// cancelEarly makes the even workers acquire with a ctx that ends 0-20ms
+	// in: a call cut short while its writes may still land.
+	cancelEarly atomic.Bool
 }
 
 func (h *harness) cutter(p *redistest.Proxy, every time.Duration) {
@@ -126,7 +136,7 @@ type phaseStats struct {
 	sections   int
 	violations int
 	locked     int // acquires lost to contention
-	failed     int // acquires lost to node failures
+	failed     int // acquires lost to node failures (or cut short by their ctx)
 	relFailed  int // releases that failed
 	handoffs   int
 	latencies  []time.Duration // of successful acquires
@@ -194,7 +204,12 @@ func TestSafety(t *testing.T) {
 				k := rng.IntN(safetyKeys)
 				ps := stats[current.Load()]
 				begin := time.Now()
-				lock, err := rls[w].Acquire(ctx, []string{fmt.Sprintf("{safety}%d", k)}, safetyTTL)
+				actx, cancel := ctx, context.CancelFunc(func() {})
+				if w%2 == 0 && h.cancelEarly.Load() {
+					actx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(20000))*time.Microsecond)
+				}
+				lock, err := rls[w].Acquire(actx, []string{fmt.Sprintf("{safety}%d", k)}, safetyTTL)
+				cancel()
 				took := time.Since(begin)
 				if err != nil {
 					ps.mu.Lock()
