@@ -58,7 +58,7 @@ import (
 //	          until retryAt (one node timeout later) and only while fewer than
 //	          maxParked workers are parked on the lane.
 //	half-open the next call is sent alone, as a probe; calls that come
-//	          meanwhile queue behind it.
+//	          while it is out fail at once, as when open.
 //
 //	closed    -> open       a batch was silent past its node timeout
 //	open      -> half-open  retryAt passed and fewer than maxParked are parked,
@@ -166,6 +166,7 @@ type lane struct {
 	retryAt time.Time     // open: when a probe may go
 	silence time.Duration // open: the node timeout that passed
 	parked  int           // detached workers still inside the client
+	probing bool          // half-open: the probe is admitted and not yet answered
 	held    []*call       // cleanup releases refused while open, sent when the node answers
 }
 
@@ -213,13 +214,13 @@ func (l *lane) submit(c *call) {
 // admit returns nil when a new call may queue, or the reason it may not.
 // Called with mu held.
 func (l *lane) admit(now time.Time) error {
-	if l.state != open {
+	switch {
+	case l.state == closed:
 		return nil
-	}
-	if l.parked >= maxParked || now.Before(l.retryAt) {
+	case l.probing, l.state == open && (l.parked >= maxParked || now.Before(l.retryAt)):
 		return &NodeTimeoutError{Timeout: l.silence, CircuitOpen: true, Shard: l.shard}
 	}
-	l.state = halfOpen
+	l.state, l.probing = halfOpen, true // this call is the probe
 	return nil
 }
 
@@ -230,12 +231,7 @@ func (l *lane) work() {
 	for {
 		l.mu.Lock()
 		var batch []*call
-		if l.state == halfOpen && len(l.queue) > 1 {
-			batch = []*call{l.queue[0]} // the probe goes alone
-			l.queue = l.queue[1:]
-		} else {
-			batch, l.queue = l.queue, nil
-		}
+		batch, l.queue = l.queue, nil
 		if len(batch) == 0 {
 			l.working = false
 			l.mu.Unlock()
@@ -248,7 +244,13 @@ func (l *lane) work() {
 				sendable = append(sendable, c)
 			}
 		}
-		if len(sendable) > 0 && !l.send(sendable) {
+		if len(sendable) == 0 {
+			l.mu.Lock()
+			l.probing = false // a probe that was not worth sending: the next call probes
+			l.mu.Unlock()
+			continue
+		}
+		if !l.send(sendable) {
 			return // detached: parked until the client returned, and done
 		}
 	}
@@ -299,7 +301,7 @@ func (l *lane) send(batch []*call) bool {
 			l.state = halfOpen // it answered after all: probe at once
 		}
 	case answered:
-		l.state = closed
+		l.state, l.probing = closed, false
 	default:
 		// The client gave up before the watchdog (its own timeout, or it
 		// honoured the deadline): the node was silent all the same.
@@ -358,7 +360,7 @@ func (l *lane) silent(batch []*call, timeout time.Duration) {
 // cleanup releases, and returns the other queued calls (and any cleanup
 // dropped past maxHeld), which the caller must fail. Called with mu held.
 func (l *lane) trip(timeout time.Duration) []*call {
-	l.state, l.retryAt, l.silence = open, time.Now().Add(timeout), timeout
+	l.state, l.retryAt, l.silence, l.probing = open, time.Now().Add(timeout), timeout, false
 	var failed []*call
 	for _, c := range l.queue {
 		failed = append(failed, l.hold(c)...)
