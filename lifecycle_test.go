@@ -471,3 +471,29 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "error handler got %v", err)
 	}
 }
+
+// Close waits for the calls still in flight: a Release returns at quorum
+// while the slowest node's delete is still on its way; once Close has
+// returned, that node holds nothing, without waiting any further.
+func TestCloseWaitsForInFlightCalls(t *testing.T) {
+	p := newProxied(t, 3)
+	p.proxies[2].SetLatency(80*time.Millisecond, 80*time.Millisecond)
+	ctx := context.Background()
+	var locks []*redlock.Lock
+	for i := range 5 {
+		l, err := p.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}closing%d", i)}, time.Minute)
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	time.Sleep(200 * time.Millisecond) // the slow node got every write
+	for _, l := range locks {
+		begin := time.Now()
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+		assert.Less(t, time.Since(begin), 150*time.Millisecond, "Release returns at quorum, before the slow node answers")
+	}
+	require.NoError(t, p.rl.Close())
+	for i := range 5 {
+		assert.Equal(t, "", p.get(t, 2, fmt.Sprintf("{redlock}closing%d", i)), "the slow node still holds lock %d after Release and Close", i)
+	}
+}

@@ -104,7 +104,7 @@ type node struct {
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
 }
 
-func newNode(i int, c redis.UniversalClient, owner *sync.WaitGroup) *node {
+func newNode(i int, c redis.UniversalClient, owner *flight) *node {
 	nd := &node{index: i, client: c}
 	nd.cluster, _ = c.(*redis.ClusterClient)
 	nd.one = &lane{node: nd, owner: owner}
@@ -156,7 +156,7 @@ func (nd *node) laneFor(key string) *lane {
 // lane is one server's queue, worker and circuit breaker; see above.
 type lane struct {
 	node  *node
-	owner *sync.WaitGroup // the Redlock's: counts every worker
+	owner *flight // the Redlock's: counts every worker, for Close
 	shard string          // a Cluster shard primary's address; "" otherwise
 
 	mu      sync.Mutex
@@ -207,7 +207,7 @@ func (l *lane) submit(c *call) {
 	}
 	l.working = true
 	l.mu.Unlock()
-	l.owner.Add(1)
+	l.owner.add()
 	go l.work()
 }
 
@@ -227,7 +227,7 @@ func (l *lane) admit(now time.Time) error {
 // work sends the queue, batch after batch, until it is empty or the worker
 // is detached by the watchdog.
 func (l *lane) work() {
-	defer l.owner.Done()
+	defer l.owner.done()
 	for {
 		l.mu.Lock()
 		var batch []*call

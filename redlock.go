@@ -8,7 +8,6 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +28,7 @@ type Redlock struct {
 	nodes   []*node
 	cfg     *config
 	wake    waker          // subscriptions to release announcements, see WithWakeOnRelease
-	workers sync.WaitGroup // every lane worker (see node.go)
+	workers flight         // every node worker (see node.go)
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A

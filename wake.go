@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +50,7 @@ type waker struct {
 	closed  bool
 	ctx     context.Context // ends with Close
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup      // the subscription goroutines
+	running flight              // the subscription goroutines
 	subs    map[*sub]struct{}   // every live subscription
 	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
 	groups  map[string]*group   // by groupID
@@ -214,9 +214,9 @@ func (w *waker) listen(open func(context.Context) *redis.PubSub) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
 	s := &sub{cancel: cancel}
 	w.subs[s] = struct{}{}
-	w.wg.Add(1)
+	w.running.add()
 	go func() {
-		defer w.wg.Done()
+		defer w.running.done()
 		for ctx.Err() == nil {
 			ps := open(ctx)
 			w.mu.Lock()
@@ -320,13 +320,15 @@ const closeWait = time.Second
 // Close ends the Redlock's subscriptions to release announcements (one
 // connection per node, opened by the first Acquire that had to wait; on a
 // Cluster, one per resource being waited for) and waits for their
-// goroutines. It does not close the clients given to New,
-// which stay the caller's. After Close, Acquire, Extend, Release and Using
+// goroutines, and for the node workers still sending calls (releases
+// included). It does not close the clients given to New, which stay the
+// caller's: close them after Close, and close the Redlock before a process
+// exits, so that nothing it sent is cut off. After Close, Acquire, Extend, Release and Using
 // still work; waiting Acquires retry on their delay alone. Close is
 // idempotent and safe for concurrent use. It returns an error only when a
-// subscription goroutine is still inside the client after a second, still
-// connecting to a hung node: that goroutine ends when the client's read
-// times out or the client is closed.
+// goroutine is still inside the client after a second, talking to a node
+// that does not answer: that goroutine ends when the client's read times
+// out or the client is closed. Close itself leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil {
 		return nil
@@ -356,14 +358,17 @@ func (r *Redlock) Close() error {
 	w.groups, w.byKey, w.keySubs, w.subs = nil, nil, nil, nil
 	w.mu.Unlock()
 	closeAll(subs)
-	done := make(chan struct{})
-	go func() { w.wg.Wait(); close(done) }()
 	t := time.NewTimer(closeWait)
 	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-t.C:
-		return errors.New("redlock: close: a subscription is still connecting to a node that does not answer; it ends when the client's read times out or the client is closed")
+	for _, g := range []struct {
+		f    *flight
+		what string
+	}{{&w.running, "a subscription is still connecting to"}, {&r.workers, "a call is still waiting for"}} {
+		select {
+		case <-g.f.wait():
+		case <-t.C:
+			return fmt.Errorf("redlock: close: %s a node that does not answer after %v; it ends when the client's read times out or the client is closed", g.what, closeWait)
+		}
 	}
+	return nil
 }
