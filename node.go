@@ -157,7 +157,7 @@ func (nd *node) laneFor(key string) *lane {
 type lane struct {
 	node  *node
 	owner *flight // the Redlock's: counts every worker, for Close
-	shard string          // a Cluster shard primary's address; "" otherwise
+	shard string  // a Cluster shard primary's address; "" otherwise
 
 	mu      sync.Mutex
 	queue   []*call

@@ -27,8 +27,8 @@ import (
 type Redlock struct {
 	nodes   []*node
 	cfg     *config
-	wake    waker          // subscriptions to release announcements, see WithWakeOnRelease
-	workers flight         // every node worker (see node.go)
+	wake    waker  // subscriptions to release announcements, see WithWakeOnRelease
+	workers flight // every node worker (see node.go)
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
