@@ -394,6 +394,9 @@ func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
 		ctx := context.Background()
 		lock, err := p.rl.Acquire(ctx, []string{"{redlock}rel"}, time.Minute)
 		require.NoError(t, err)
+		for n := range 3 { // the premise: every node holds it (a quorum answered)
+			require.Eventually(t, func() bool { return p.get(t, n, "{redlock}rel") == lock.Value() }, time.Second, time.Millisecond)
+		}
 		p.proxies[2].Set(redistest.Hang)
 		p.nodes[1].Pause()
 		resumed := time.AfterFunc(150*time.Millisecond, p.nodes[1].Resume)
@@ -477,7 +480,7 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 // returned, that node holds nothing, without waiting any further.
 func TestCloseWaitsForInFlightCalls(t *testing.T) {
 	p := newProxied(t, 3)
-	p.proxies[2].SetLatency(80*time.Millisecond, 80*time.Millisecond)
+	p.proxies[2].SetLatency(40*time.Millisecond, 40*time.Millisecond) // within the node timeout
 	ctx := context.Background()
 	var locks []*redlock.Lock
 	for i := range 5 {
@@ -485,12 +488,12 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	time.Sleep(200 * time.Millisecond) // the slow node got every write
+	time.Sleep(100 * time.Millisecond) // the slow node got every write
 	for _, l := range locks {
 		begin := time.Now()
 		_, err := l.Release(ctx)
 		require.NoError(t, err)
-		assert.Less(t, time.Since(begin), 150*time.Millisecond, "Release returns at quorum, before the slow node answers")
+		assert.Less(t, time.Since(begin), 70*time.Millisecond, "Release returns at quorum, before the slow node answers")
 	}
 	require.NoError(t, p.rl.Close())
 	for i := range 5 {

@@ -8,9 +8,13 @@ import (
 
 // Lock is a lock held on a quorum of nodes, as returned by Acquire and
 // Extend. Its fields are fixed when it is made: Extend returns a new Lock
-// and spends this one, so that no two goroutines ever see a Lock change under
-// them. A Lock is safe for concurrent use; a nil or zero *Lock is safe to
-// Extend or Release (both return an error matching ErrInvalidArgument).
+// (a new handle of the same lock) and spends this one for extending, so that
+// no two goroutines ever see a Lock change under them. Release through any
+// handle of a lock releases it, its newest extension included, and spends
+// every handle: so `defer lock.Release(ctx)` right after Acquire works
+// however often the lock is extended. A Lock is safe for concurrent use; a
+// nil or zero *Lock is safe to Extend or Release (both return an error
+// matching ErrInvalidArgument).
 type Lock struct {
 	redlock    *Redlock
 	cfg        *config // the options it was acquired with
@@ -18,13 +22,35 @@ type Lock struct {
 	value      string
 	expiration time.Time
 	attempts   []ExecutionStats
-	// spent is set once the lock has been released or extended; its
-	// handle must no longer act on the keys, which a newer Lock with the
-	// same value may hold.
-	spent atomic.Bool
-	// releasing is set once a release has sent anything: from then on the
-	// lock may be gone from a quorum, even if the release failed.
+	life       *lockLife // shared by every handle of the lock
+	// extending is set while an Extend of this handle runs, and stays set
+	// once one succeeded (extended): a handle is extended at most once.
+	extending atomic.Bool
+	extended  atomic.Bool
+}
+
+// lockLife is what every handle of one lock (Acquire's and its extensions')
+// shares.
+type lockLife struct {
+	// releasing is set once a release has been sent: from then on the lock
+	// may be gone from a quorum, even if the release failed, so no handle
+	// is Valid or can be extended.
 	releasing atomic.Bool
+	// released is set once a release succeeded or found the lock gone.
+	released atomic.Bool
+	// until is the newest handle's expiration, in Unix nanoseconds: what a
+	// release through an older handle counts from.
+	until atomic.Int64
+}
+
+// extendedTo records a new handle's expiration.
+func (lf *lockLife) extendedTo(t time.Time) {
+	for {
+		old := lf.until.Load()
+		if t.UnixNano() <= old || lf.until.CompareAndSwap(old, t.UnixNano()) {
+			return
+		}
+	}
 }
 
 // Resources returns a copy of the locked resources, in the order given.
@@ -45,20 +71,26 @@ func (l *Lock) Value() string {
 }
 
 // Expiration returns the time until which the lock is held: the start of
-// the successful attempt + ttl - drift. It returns the zero time once the
-// lock has been extended, or a release of it has been attempted.
+// the successful attempt + ttl - drift. It returns the zero time once this
+// handle has been extended, or a release of the lock has been attempted.
 func (l *Lock) Expiration() time.Time {
-	if l == nil || l.spent.Load() || l.releasing.Load() {
+	if !l.live() {
 		return time.Time{}
 	}
 	return l.expiration
 }
 
-// Valid reports whether the lock is still held by its own account: not
-// extended, no release of it attempted (even one that failed: its deletes may
-// have landed), and its expiration not yet reached. It asks no node.
+// Valid reports whether the lock is still held by this handle's account:
+// the handle not extended (the new handle is the valid one), no release of
+// the lock attempted through any handle (even one that failed: its deletes
+// may have landed), and its expiration not yet reached. It asks no node.
 func (l *Lock) Valid() bool {
-	return l != nil && !l.spent.Load() && !l.releasing.Load() && time.Now().Before(l.expiration)
+	return l.live() && time.Now().Before(l.expiration)
+}
+
+// live reports whether the handle is neither extended nor released.
+func (l *Lock) live() bool {
+	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load()
 }
 
 // Attempts returns the statistics of the attempts that produced this lock

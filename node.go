@@ -104,10 +104,10 @@ type node struct {
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
 }
 
-func newNode(i int, c redis.UniversalClient, owner *flight) *node {
+func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration) *node {
 	nd := &node{index: i, client: c}
 	nd.cluster, _ = c.(*redis.ClusterClient)
-	nd.one = &lane{node: nd, owner: owner}
+	nd.one = &lane{node: nd, owner: owner, base: base}
 	return nd
 }
 
@@ -147,7 +147,7 @@ func (nd *node) laneFor(key string) *lane {
 		if nd.shards == nil {
 			nd.shards = map[string]*lane{}
 		}
-		l = &lane{node: nd, owner: nd.one.owner, shard: addr}
+		l = &lane{node: nd, owner: nd.one.owner, base: nd.one.base, shard: addr}
 		nd.shards[addr] = l
 	}
 	return l
@@ -156,8 +156,12 @@ func (nd *node) laneFor(key string) *lane {
 // lane is one server's queue, worker and circuit breaker; see above.
 type lane struct {
 	node  *node
-	owner *flight // the Redlock's: counts every worker, for Close
+	owner *flight // the Redlock's: counts every worker and held call, for Close
 	shard string  // a Cluster shard primary's address; "" otherwise
+	// base is the Redlock's node timeout: the least silence that opens the
+	// breaker, so that a caller's shorter per-call timeout (which bounds
+	// only its own wait) never marks the node sick for everyone.
+	base time.Duration
 
 	mu      sync.Mutex
 	queue   []*call
@@ -167,7 +171,8 @@ type lane struct {
 	silence time.Duration // open: the node timeout that passed
 	parked  int           // detached workers still inside the client
 	probing bool          // half-open: the probe is admitted and not yet answered
-	held    []*call       // cleanup releases refused while open, sent when the node answers
+	held    []*call       // releases refused while open, sent when the node answers
+	retry   *time.Timer   // sends a held release as the probe when the lane is idle
 }
 
 // call is one script call on one lane.
@@ -181,11 +186,12 @@ type call struct {
 	// An attempt's call: its vote goes to at, as node's.
 	at   *attemptState
 	node int
-	// A release sent on its own (the cleanup of a failed attempt): its
-	// failures go to the error handler of cfg, and done is called once it
-	// has been answered or given up on.
-	cfg  *config
-	done func()
+	// A release sent on its own (the cleanup of a failed attempt, or the
+	// held copy of a Release's delete): its failures go to the error
+	// handler of cfg, and a delete it makes is marked in released (that
+	// Release's record of its own deletes), when set.
+	cfg      *config
+	released *atomic.Bool
 }
 
 // submit queues c on l and starts a worker if none runs, or fails c at once
@@ -268,21 +274,25 @@ const (
 // batch went silent past its node timeout and this worker was detached (it
 // then returns only once the client has).
 func (l *lane) send(batch []*call) bool {
-	timeout := batch[0].timeout
-	for _, c := range batch[1:] {
+	timeout := l.base
+	for _, c := range batch {
 		timeout = max(timeout, c.timeout)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	var state atomic.Int32
-	stop := context.AfterFunc(ctx, func() {
-		if state.CompareAndSwap(batchRunning, batchSilent) {
-			l.silent(batch, timeout)
+	onTime := l.round(batch, timeout, false)
+	if onTime {
+		// The node answered; those whose script it lacks (NOSCRIPT: a
+		// restarted or flushed node) go again with the script itself, a
+		// round trip with a watchdog of its own.
+		var missing []*call
+		for _, c := range batch {
+			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+				missing = append(missing, c)
+			}
 		}
-	})
-	runBatch(ctx, l.node.client, batch)
-	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
-	stop()
-	cancel()
+		if len(missing) > 0 {
+			onTime = l.round(missing, timeout, true)
+		}
+	}
 
 	answered := false // the node itself said something
 	for _, c := range batch {
@@ -300,6 +310,7 @@ func (l *lane) send(batch []*call) bool {
 		if answered && l.state == open {
 			l.state = halfOpen // it answered after all: probe at once
 		}
+		l.arm()
 	case answered:
 		l.state, l.probing = closed, false
 	default:
@@ -308,14 +319,19 @@ func (l *lane) send(batch []*call) bool {
 		failed = l.trip(timeout)
 	}
 	if answered {
-		resend, l.held = l.held, nil
+		resend = l.unhold()
 	} else {
-		// No answer: a cleanup release in the batch is held for the
-		// node's return, like those that queued behind it.
-		// (batch is not changed: the watchdog may be reading it.)
+		// No answer: a release in the batch is held (a copy, for an
+		// attempt's: its vote stays the timeout) for the node's return,
+		// like those that queued behind it. (batch is not changed: the
+		// watchdog may be reading it.)
 		for _, c := range batch {
-			if c.at == nil {
-				failed = append(failed, l.hold(c)...)
+			if c.at == nil || c.at.op == OpRelease {
+				for _, d := range l.hold(c) {
+					if d != c {
+						failed = append(failed, d)
+					}
+				}
 			}
 		}
 	}
@@ -325,15 +341,35 @@ func (l *lane) send(batch []*call) bool {
 	}
 	for _, c := range resend {
 		l.submit(c)
+		l.owner.done() // counted while held
 	}
 	if answered && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
 	for _, c := range batch {
-		if c.at != nil || answered {
+		if c.at != nil || answered { // a held cleanup is finished when sent again
 			l.finish(c, c.err)
 		}
 	}
+	return onTime
+}
+
+// round sends calls (their EVALSHAs, or with load their scripts) in one
+// round trip, watched: when no answer comes within timeout, the watchdog
+// (silent) opens the breaker and detaches this worker. It reports whether the
+// answer came in time.
+func (l *lane) round(calls []*call, timeout time.Duration, load bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var state atomic.Int32
+	stop := context.AfterFunc(ctx, func() {
+		if state.CompareAndSwap(batchRunning, batchSilent) {
+			l.silent(calls, timeout)
+		}
+	})
+	runBatch(ctx, l.node.client, calls, load)
+	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
+	stop()
+	cancel()
 	return onTime
 }
 
@@ -366,24 +402,72 @@ func (l *lane) trip(timeout time.Duration) []*call {
 		failed = append(failed, l.hold(c)...)
 	}
 	l.queue = nil
+	l.arm()
 	return failed
 }
 
-// hold keeps a cleanup release refused by an open breaker, to be sent when
-// the node next answers, and returns the calls to fail instead: c itself
-// when it is an attempt's call, the oldest held one past maxHeld. Called with
-// mu held.
+// hold keeps a release refused by an open breaker (or cut off by its
+// silence), to be sent when the node answers again (see arm), and returns
+// the calls to fail now: an attempt's call (its vote is against; a release's
+// delete is held all the same, as a call of its own), and the oldest held
+// call past maxHeld. Held calls count as in flight for Close. Called with mu
+// held.
 func (l *lane) hold(c *call) []*call {
-	if c.at != nil {
+	fail := []*call{}
+	switch {
+	case c.at == nil:
+		l.held = append(l.held, c)
+	case c.at.op == OpRelease:
+		fail = append(fail, c)
+		cp := &call{s: c.s, keys: c.keys, args: c.args, timeout: c.timeout, cfg: c.at.cfg}
+		if c.at.released != nil {
+			cp.released = &c.at.released[c.node]
+		}
+		l.held = append(l.held, cp)
+	default:
 		return []*call{c}
 	}
-	l.held = append(l.held, c)
-	if len(l.held) <= maxHeld {
-		return nil
+	l.owner.add()
+	if len(l.held) > maxHeld {
+		fail = append(fail, l.held[0])
+		l.held = l.held[1:]
+		l.owner.done()
 	}
-	oldest := l.held[0]
+	l.arm()
+	return fail
+}
+
+// arm makes sure a held release will be sent as the probe once the breaker
+// allows one, even if no other call comes: an idle lane (a quiet Cluster
+// shard) must not keep a write for its whole ttl. Called with mu held.
+func (l *lane) arm() {
+	if l.retry != nil || len(l.held) == 0 || l.state != open || l.parked >= maxParked {
+		return
+	}
+	l.retry = time.AfterFunc(max(time.Until(l.retryAt), 0), l.retryHeld)
+}
+
+// retryHeld sends the oldest held release, which becomes the probe.
+func (l *lane) retryHeld() {
+	l.mu.Lock()
+	l.retry = nil
+	if len(l.held) == 0 || l.state != open || l.parked >= maxParked {
+		l.mu.Unlock()
+		return
+	}
+	c := l.held[0]
 	l.held = l.held[1:]
-	return []*call{oldest}
+	l.mu.Unlock()
+	l.submit(c)
+	l.owner.done()
+}
+
+// unhold returns every held call, to send again now that the node answers.
+// Called with mu held.
+func (l *lane) unhold() []*call {
+	held := l.held
+	l.held = nil
+	return held
 }
 
 // finish hands c's answer (or the reason it was not sent) to its attempt,
@@ -394,11 +478,11 @@ func (l *lane) finish(c *call, err error) {
 		return
 	}
 	var rle *ResourceLockedError
-	if err != nil && !errors.As(err, &rle) { // "not there" is what a partial attempt leaves
+	switch {
+	case err == nil && c.released != nil:
+		c.released.Store(true)
+	case err != nil && !errors.As(err, &rle): // "not there" is what a partial attempt leaves
 		report(c.cfg, &NodeError{Node: l.node.index, Op: OpRelease, Err: err})
-	}
-	if c.done != nil {
-		c.done()
 	}
 }
 
@@ -422,28 +506,32 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// runBatch runs a batch: alone when it is one call, else its EVALSHAs in one
-// pipeline, where a call whose script the node lacks (NOSCRIPT) is run again
-// on its own, which loads it.
-func runBatch(ctx context.Context, c redis.UniversalClient, batch []*call) {
-	if len(batch) == 1 {
-		p := batch[0]
-		p.err = p.s.run(ctx, c, p.keys, p.args)
+// runBatch runs calls in one round trip: alone when there is one, else in
+// one pipeline; with EVALSHA, or, with load, with EVAL (which caches the
+// script on the node). A call whose script the node lacks gets the NOSCRIPT
+// error, for send to run again with load.
+func runBatch(ctx context.Context, c redis.UniversalClient, calls []*call, load bool) {
+	eval := func(s redis.Scripter, p *call) *redis.Cmd {
+		if load {
+			return s.Eval(ctx, p.s.src, p.keys, p.args...)
+		}
+		return s.EvalSha(ctx, p.s.hash, p.keys, p.args...)
+	}
+	if len(calls) == 1 {
+		p := calls[0]
+		res, err := eval(c, p).Result()
+		p.err = p.s.judge(res, err, len(p.keys))
 		return
 	}
-	cmds := make([]*redis.Cmd, len(batch))
+	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, p := range batch {
-			cmds[i] = pipe.EvalSha(ctx, p.s.hash, p.keys, p.args...)
+		for i, p := range calls {
+			cmds[i] = eval(pipe, p)
 		}
 		return nil
 	})
-	for i, p := range batch {
+	for i, p := range calls {
 		res, err := cmds[i].Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			p.err = p.s.run(ctx, c, p.keys, p.args)
-			continue
-		}
 		p.err = p.s.judge(res, err, len(p.keys))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	mrand "math/rand/v2"
 	"reflect"
@@ -37,8 +38,10 @@ type Redlock struct {
 // hash slot (use a hash tag such as "{orders}:1").
 //
 // opts become the defaults of every call. New returns an error matching
-// [ErrInvalidArgument] when clients is empty, holds a nil client or the same
-// client twice, or an option is out of range. It sends nothing to Redis.
+// [ErrInvalidArgument] when clients is empty, holds a nil client, the same
+// client twice, two clients for one server (same address and database; for
+// ClusterClients, a shared seed address), or a *redis.Ring, or when an option
+// is out of range. It sends nothing to Redis.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
@@ -62,6 +65,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				"or use a Redis Cluster (ClusterClient) with hash-tagged resources", i)
 		}
 	}
+	if err := distinctServers(clients); err != nil {
+		return nil, err
+	}
 	def := defaultConfig()
 	cfg, err := def.with(opts)
 	if err != nil {
@@ -70,9 +76,38 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: cfg}
 	r.nodes = make([]*node, len(clients))
 	for i, c := range clients {
-		r.nodes[i] = newNode(i, c, &r.workers)
+		r.nodes[i] = newNode(i, c, &r.workers, cfg.nodeTimeout)
 	}
 	return r, nil
+}
+
+// distinctServers refuses two clients for one server: two *redis.Client
+// with the same address and database, or two ClusterClients that share a
+// seed address. That node would vote twice. (A FailoverClient's address is
+// resolved through its sentinels at run time, so it is not compared.)
+func distinctServers(clients []redis.UniversalClient) error {
+	seen := map[string]int{}
+	for i, c := range clients {
+		var ids []string
+		switch c := c.(type) {
+		case *redis.Client:
+			if o := c.Options(); o.Addr != "FailoverClient" {
+				ids = append(ids, fmt.Sprintf("%s db %d", o.Addr, o.DB))
+			}
+		case *redis.ClusterClient:
+			for _, a := range c.Options().Addrs {
+				ids = append(ids, "cluster "+a)
+			}
+		}
+		for _, id := range ids {
+			if j, ok := seen[id]; ok && j != i {
+				return invalid("clients[%d] and clients[%d] talk to the same server (%s), which would vote twice: "+
+					"give each independent node once", j, i, id)
+			}
+			seen[id] = i
+		}
+	}
+	return nil
 }
 
 // isNil reports whether c is nil or an interface holding a nil pointer.
@@ -380,27 +415,34 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	if o.err != nil {
 		return nil, o.err
 	}
-	return &Lock{
+	l := &Lock{
 		redlock:    r,
 		cfg:        cfg,
 		resources:  keys,
 		value:      o.value,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
-	}, nil
+		life:       &lockLife{},
+	}
+	l.life.until.Store(l.expiration.UnixNano())
+	return l, nil
 }
 
 // Extend sets the ttl of lock's resources to ttl from now on a quorum of
 // nodes and returns a new Lock with the new expiration; lock itself is spent
-// and must not be used again. Options start from those lock was acquired
-// with.
+// for extending (Extend it again through the new Lock), while a Release
+// through it still releases the lock. Options start from those lock was
+// acquired with.
 //
 // Extend returns an error matching [ErrInvalidArgument] for a nil Lock, a
-// Lock of another Redlock, a bad ttl or option. It returns an
-// [*ExecutionError] matching [ErrLockExpired] at once, without retrying, when
-// the lock's validity has passed, it was already released or extended, or a
-// quorum of nodes no longer holds it; matching ctx.Err() when ctx ended the
-// call; and matching neither when node failures kept it from a quorum.
+// Lock of another Redlock, a bad ttl or option, or a Lock that another
+// goroutine is extending at the same time. It returns an [*ExecutionError]
+// matching [ErrLockExpired] at once, without retrying, when the lock's
+// validity has passed, this handle was already extended, a release of the
+// lock was attempted, or a quorum of nodes no longer holds it; matching
+// ctx.Err() when ctx ended the call; and matching neither when node failures
+// kept it from a quorum. A Lock that Extend returns while a Release runs
+// through another handle is not Valid.
 func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
@@ -412,43 +454,60 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	if err := validateTTL(ttl, cfg); err != nil {
 		return nil, err
 	}
-	if lock.spent.Load() {
-		return nil, &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: "the lock was already released or extended", sentinel: ErrLockExpired}
+	spent := func(reason string) error {
+		return &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: reason, sentinel: ErrLockExpired}
 	}
-	if lock.releasing.Load() {
-		return nil, &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: "a release of the lock was attempted, so it may be gone", sentinel: ErrLockExpired}
+	switch {
+	case lock.extended.Load():
+		return nil, spent("this Lock was already extended: extend the Lock that Extend returned")
+	case lock.life.releasing.Load():
+		return nil, spent("a release of the lock was attempted, so it may be gone")
+	case !lock.extending.CompareAndSwap(false, true):
+		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
 	p := plan{s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)}, ttl: ttl, until: lock.expiration}
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
+		lock.extending.Store(false)
 		return nil, o.err
 	}
-	lock.spent.Store(true)
-	return &Lock{
+	lock.extended.Store(true)
+	nl := &Lock{
 		redlock:    r,
 		cfg:        lock.cfg,
 		resources:  lock.resources,
 		value:      lock.value,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
-	}, nil
+		life:       lock.life,
+	}
+	lock.life.extendedTo(nl.expiration)
+	return nl, nil
 }
 
-// Release deletes lock's resources on every node that still holds its value,
-// and succeeds when a quorum did; a node where an earlier attempt of the same
-// call deleted it counts for. Once Release has sent anything, the Lock is no
-// longer Valid and cannot be extended, even if the release fails: its deletes
-// may have landed. The Lock is spent after a successful release, or one that
-// found the lock gone; after a release that failed on node errors it may be
-// released again. Options start from those lock was
-// acquired with.
+// Release deletes the lock's resources on every node that still holds its
+// value, and succeeds when a quorum did; a node where an earlier attempt of
+// the same call deleted it counts for. Any handle of the lock releases it,
+// its newest extension included (the value is the same), and every handle
+// is spent once the release succeeded or found the lock gone; after a
+// release that failed on node errors it may be released again. Once Release
+// has sent anything, no handle of the lock is Valid or can be extended, even
+// if the release fails: its deletes may have landed. Options start from
+// those the lock was acquired with.
+//
+// A Release whose ctx has already ended still makes one attempt, bounded by
+// the node timeout ([WithNodeTimeout]), so that `defer lock.Release(ctx)`
+// with a request's expired ctx does not leave the lock held for its ttl; it
+// succeeds if that attempt does, and otherwise returns an error matching
+// ctx's. A release already sent is never cut off by ctx ending: each node's
+// delete goes out, and [Redlock.Close] waits for them.
 //
 // Release returns an error matching [ErrInvalidArgument] for a nil Lock or a
 // Lock of another Redlock. It returns an [*ExecutionError] matching
-// [ErrLockExpired] at once when the lock was already released or extended, a
-// quorum of nodes no longer holds it, or its validity had passed and one
-// attempt did not find it on a quorum; matching ctx.Err() when ctx ended the
-// call; and matching neither when node failures kept it from a quorum.
+// [ErrLockExpired] at once when the lock was already released, a quorum of
+// nodes no longer holds it, or its validity had passed and one attempt did
+// not find it on a quorum; matching ctx.Err() when ctx ended the call; and
+// matching neither when node failures kept it from a quorum.
 func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*ExecutionResult, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
@@ -457,23 +516,31 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 	if err != nil {
 		return nil, err
 	}
-	if lock.spent.Load() {
-		// Another Lock with the same value may be alive (an extension):
-		// deleting the keys now would release it.
-		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released or extended", sentinel: ErrLockExpired}
+	life := lock.life
+	if life.released.Load() {
+		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
 	}
-	if ctx.Err() == nil {
-		lock.releasing.Store(true) // before anything is sent; see Valid
+	life.releasing.Store(true) // before anything is sent; see Valid
+	ended := ctx.Err()
+	if ended != nil {
+		// One attempt all the same, bounded by the node timeout.
+		one := *cfg
+		one.retryCount = 0
+		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	p := plan{s: releaseScript, keys: lock.resources, args: []any{lock.value}, until: lock.expiration}
+	p := plan{s: releaseScript, keys: lock.resources, args: []any{lock.value}, until: time.Unix(0, life.until.Load())}
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
 		if errors.Is(o.err, ErrLockExpired) {
-			lock.spent.Store(true)
+			life.released.Store(true)
+		}
+		if ended != nil && o.err.ctxErr == nil {
+			o.err.ctxErr = ended
+			o.err.reason = "one attempt after ctx had ended: " + o.err.reason
 		}
 		return nil, o.err
 	}
-	lock.spent.Store(true)
+	life.released.Store(true)
 	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
 }
 
