@@ -10,6 +10,7 @@ import (
 // deadline without a goroutine that may outlive the wait). Starting and
 // ending a goroutine is one atomic add unless someone is waiting.
 type flight struct {
+	stopped atomic.Bool // set when Close has returned: held releases are no longer retried
 	n       atomic.Int64
 	waiting atomic.Bool
 	mu      sync.Mutex

@@ -294,47 +294,54 @@ func (l *lane) send(batch []*call) bool {
 		}
 	}
 
-	answered := false // the node itself said something
+	// What the node said: a reply (even an error reply) shows it alive;
+	// a timeout is its silence; a network error (refused, reset, closed)
+	// is neither: it costs nothing, and opens nothing.
+	spoke, silent := false, false
 	for _, c := range batch {
-		if c.err != nil && isTimeout(c.err) {
+		switch {
+		case c.err != nil && isTimeout(c.err):
 			c.err = &NodeTimeoutError{Timeout: c.timeout, Shard: l.shard, Cause: c.err}
-		} else {
-			answered = true
+			silent = true
+		case isReply(c.err):
+			spoke = true
 		}
 	}
 	var resend, failed []*call
+	kept := map[*call]bool{} // standalone releases held again, not finished
 	l.mu.Lock()
 	switch {
 	case !onTime:
 		l.parked--
-		if answered && l.state == open {
+		if spoke && l.state == open {
 			l.state = halfOpen // it answered after all: probe at once
 		}
-		l.arm()
-	case answered:
+	case spoke:
 		l.state, l.probing = closed, false
-	default:
+	case silent:
 		// The client gave up before the watchdog (its own timeout, or it
 		// honoured the deadline): the node was silent all the same.
 		failed = l.trip(timeout)
+	default:
+		l.state, l.probing = closed, false
 	}
-	if answered {
+	if spoke {
 		resend = l.unhold()
-	} else {
-		// No answer: a release in the batch is held (a copy, for an
-		// attempt's: its vote stays the timeout) for the node's return,
-		// like those that queued behind it. (batch is not changed: the
-		// watchdog may be reading it.)
-		for _, c := range batch {
-			if c.at == nil || c.at.op == OpRelease {
-				for _, d := range l.hold(c) {
-					if d != c {
-						failed = append(failed, d)
-					}
+	}
+	// A release that got no reply is held (a copy, for an attempt's: its
+	// vote stays as it is) and sent again: its delete may not have landed.
+	// (batch is not changed: the watchdog may be reading it.)
+	for _, c := range batch {
+		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) {
+			for _, d := range l.hold(c) {
+				if d != c {
+					failed = append(failed, d)
 				}
 			}
+			kept[c] = c.at == nil
 		}
 	}
+	l.arm()
 	l.mu.Unlock()
 	for _, c := range failed {
 		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard})
@@ -343,11 +350,11 @@ func (l *lane) send(batch []*call) bool {
 		l.submit(c)
 		l.owner.done() // counted while held
 	}
-	if answered && l.node.cluster != nil {
+	if spoke && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
 	for _, c := range batch {
-		if c.at != nil || answered { // a held cleanup is finished when sent again
+		if !kept[c] {
 			l.finish(c, c.err)
 		}
 	}
@@ -437,21 +444,23 @@ func (l *lane) hold(c *call) []*call {
 	return fail
 }
 
-// arm makes sure a held release will be sent as the probe once the breaker
-// allows one, even if no other call comes: an idle lane (a quiet Cluster
-// shard) must not keep a write for its whole ttl. Called with mu held.
+// arm makes sure a held release is sent again, even if no other call comes:
+// an idle lane (a quiet Cluster shard) must not keep a write for its whole
+// ttl. The oldest held release is sent one node timeout from now (as the
+// probe, when the breaker is open), while fewer than maxParked workers are
+// parked and the Redlock is not closed. Called with mu held.
 func (l *lane) arm() {
-	if l.retry != nil || len(l.held) == 0 || l.state != open || l.parked >= maxParked {
+	if l.retry != nil || len(l.held) == 0 || l.parked >= maxParked || l.owner.stopped.Load() {
 		return
 	}
-	l.retry = time.AfterFunc(max(time.Until(l.retryAt), 0), l.retryHeld)
+	l.retry = time.AfterFunc(max(time.Until(l.retryAt), l.base), l.retryHeld)
 }
 
-// retryHeld sends the oldest held release, which becomes the probe.
+// retryHeld sends the oldest held release.
 func (l *lane) retryHeld() {
 	l.mu.Lock()
 	l.retry = nil
-	if len(l.held) == 0 || l.state != open || l.parked >= maxParked {
+	if len(l.held) == 0 || l.parked >= maxParked || l.owner.stopped.Load() {
 		l.mu.Unlock()
 		return
 	}
@@ -493,6 +502,16 @@ func (c *call) sendable() bool {
 		return true
 	}
 	return c.at.sending(c.node)
+}
+
+// isReply reports whether err is nil or the node's own answer: an error
+// reply, or a result judged against; not a network error or a timeout.
+func isReply(err error) bool {
+	var re redis.Error
+	var rle *ResourceLockedError
+	var ue *unexpectedResult
+	return err == nil || errors.As(err, &rle) || errors.As(err, &ue) ||
+		errors.As(err, &re) && !isTimeout(err)
 }
 
 // isTimeout reports whether err says that the node did not answer in time:

@@ -118,10 +118,17 @@ func (s *script) judge(res any, err error, keys int) error {
 	}
 	n, ok := res.(int64)
 	if !ok {
-		return fmt.Errorf("redlock: unexpected result of type %T returned from redis", res)
+		return &unexpectedResult{res}
 	}
 	if n != int64(keys) {
 		return &ResourceLockedError{Op: s.op, Applied: n, Requested: keys}
 	}
 	return nil
+}
+
+// unexpectedResult is a script's answer that is not a count.
+type unexpectedResult struct{ res any }
+
+func (e *unexpectedResult) Error() string {
+	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.res)
 }

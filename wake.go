@@ -367,8 +367,10 @@ func (r *Redlock) Close() error {
 		select {
 		case <-g.f.wait():
 		case <-t.C:
+			r.workers.stopped.Store(true)
 			return fmt.Errorf("redlock: close: %s a node that does not answer after %v; it ends when the client's read times out or the client is closed", g.what, closeWait)
 		}
 	}
+	r.workers.stopped.Store(true)
 	return nil
 }
