@@ -500,3 +500,50 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 		assert.Equal(t, "", p.get(t, 2, fmt.Sprintf("{redlock}closing%d", i)), "the slow node still holds lock %d after Release and Close", i)
 	}
 }
+
+// A hung Cluster shard does not collect subscription goroutines: 60 Acquires
+// that wait on distinct resources of the shard start no subscription that
+// would park connecting to it. (Each started one, and all 60 stayed parked
+// after Close.)
+func TestHungShardStartsNoSubscriptions(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, nd := range nodes {
+		addrs = append(addrs, nd.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ReadTimeout: -1, WriteTimeout: -1, MaxRedirects: -1})
+	t.Cleanup(func() { _ = cc.Close() })
+	rl, err := redlock.New([]redis.UniversalClient{cc}, redlock.WithRetryCount(1), redlock.WithRetryDelay(10*time.Millisecond), redlock.WithRetryJitter(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	ctx := context.Background()
+	for i := range 30 { // every shard warm, the slot map known
+		l, err := rl.Acquire(ctx, []string{fmt.Sprintf("{w%d}", i)}, time.Minute)
+		require.NoError(t, err)
+		_, _ = l.Release(ctx)
+	}
+	hung := nodes[0]
+	var keys []string
+	for i := 0; len(keys) < 60; i++ {
+		k := fmt.Sprintf("{h%d}lock", i)
+		m, err := cc.MasterForKey(ctx, k)
+		require.NoError(t, err)
+		if m.Options().Addr == hung.Addr() {
+			keys = append(keys, k)
+		}
+	}
+	hung.Pause()
+	t.Cleanup(hung.Resume)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			_, err := rl.Acquire(ctx, []string{k}, time.Minute)
+			assert.Error(t, err)
+		})
+	}
+	wg.Wait()
+	all, _ := engineGoroutines()
+	t.Logf("60 Acquires waiting on distinct resources of the hung shard returned: %d goroutines of redlock's left", all)
+	assert.LessOrEqual(t, all, 4, "redlock goroutines parked on the hung shard")
+	hung.Resume()
+}

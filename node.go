@@ -217,6 +217,14 @@ func (l *lane) submit(c *call) {
 	go l.work()
 }
 
+// sick reports whether the lane's circuit is not closed: the node was
+// silent past its timeout lately.
+func (l *lane) sick() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state != closed
+}
+
 // admit returns nil when a new call may queue, or the reason it may not.
 // Called with mu held.
 func (l *lane) admit(now time.Time) error {

@@ -188,7 +188,7 @@ func (w *waker) start(nodes []*node) {
 	for _, nd := range nodes {
 		if nd.cluster == nil {
 			c := nd.client
-			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) })
+			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, nd.one.sick)
 		}
 	}
 }
@@ -199,7 +199,7 @@ func (w *waker) watchKey(key string, nodes []*node) {
 	ch := shardedChannel(key)
 	for _, nd := range nodes {
 		if cc, ok := nd.client.(*redis.ClusterClient); ok {
-			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) })
+			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, nd.laneFor(key).sick)
 			w.keySubs[key] = append(w.keySubs[key], s)
 		}
 	}
@@ -208,9 +208,11 @@ func (w *waker) watchKey(key string, nodes []*node) {
 // listen starts a subscription made by open, and its goroutine, which
 // dispatches the announcements until the subscription is cancelled or the
 // waker closed. A node that refuses or loses the subscription is tried
-// again after resubscribeAfter; its waiters meanwhile rely on the delay.
-// Called with mu held.
-func (w *waker) listen(open func(context.Context) *redis.PubSub) *sub {
+// again after resubscribeAfter; its waiters meanwhile rely on the delay. So
+// is a node (a Cluster shard) whose circuit is open: connecting to a node
+// that does not answer would park this goroutine in the client, out of
+// reach of Close. Called with mu held.
+func (w *waker) listen(open func(context.Context) *redis.PubSub, sick func() bool) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
 	s := &sub{cancel: cancel}
 	w.subs[s] = struct{}{}
@@ -218,6 +220,10 @@ func (w *waker) listen(open func(context.Context) *redis.PubSub) *sub {
 	go func() {
 		defer w.running.done()
 		for ctx.Err() == nil {
+			if sick() {
+				pause(ctx, resubscribeAfter)
+				continue
+			}
 			ps := open(ctx)
 			w.mu.Lock()
 			if ctx.Err() != nil { // cancelled or closed meanwhile
@@ -232,15 +238,20 @@ func (w *waker) listen(open func(context.Context) *redis.PubSub) *sub {
 			s.ps = nil
 			w.mu.Unlock()
 			_ = ps.Close()
-			t := time.NewTimer(resubscribeAfter)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
+			pause(ctx, resubscribeAfter)
 		}
 	}()
 	return s
+}
+
+// pause waits for d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // receive dispatches ps's announcements until it fails, is closed, or the
