@@ -83,6 +83,7 @@ type attemptState struct {
 	nodes    []nodeCall
 	outcome  atomic.Int32
 	failed   atomic.Bool // acquire: the attempt failed; release what it wrote
+	cleanups flight      // acquire: those releases, until answered
 	// released marks, for a release, the nodes that deleted the value in
 	// any attempt of the call (an answer that came late included): those
 	// count for in the later attempts, where the value is gone by our own
@@ -239,9 +240,21 @@ func (as *attemptState) clean(i int) {
 	if nc.state.Load() != callDone || nc.clean.Load() || nc.releasing.Swap(true) {
 		return
 	}
+	as.cleanups.add()
 	nd := as.r.nodes[i]
-	s, args := nd.script(releaseScript, as.keys, []any{as.value})
-	nd.laneFor(as.keys[0]).submit(&call{s: s, keys: as.keys, args: args, timeout: as.cfg.nodeTimeout, cfg: as.cfg})
+	nd.laneFor(as.keys[0]).submit(&call{s: cleanupScript, keys: as.keys, args: []any{as.value}, timeout: as.cfg.nodeTimeout,
+		cfg: as.cfg, cleanup: &as.cleanups})
+}
+
+// awaitCleanup waits until the releases of the attempt's writes sent so far
+// have been answered, for at most d.
+func (as *attemptState) awaitCleanup(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-as.cleanups.wait():
+	case <-t.C:
+	}
 }
 
 // report passes a vote against to the error handler and returns it.

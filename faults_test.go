@@ -140,21 +140,25 @@ func TestContextCancelEndsStuckCall(t *testing.T) {
 	p.proxies[1].Set(redistest.Hang)
 	p.proxies[2].Set(redistest.Partition)
 
-	calls := map[string]func(context.Context) error{
-		"Acquire": func(ctx context.Context) error {
+	calls := []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Acquire", func(ctx context.Context) error {
 			_, err := p.rl.Acquire(ctx, []string{"{redlock}c"}, time.Minute)
 			return err
-		},
-		"Extend": func(ctx context.Context) error {
+		}},
+		{"Extend", func(ctx context.Context) error {
 			_, err := held.Extend(ctx, time.Minute)
 			return err
-		},
-		"Release": func(ctx context.Context) error {
+		}},
+		{"Release", func(ctx context.Context) error { // last: a release spends the lock
 			_, err := held.Release(ctx)
 			return err
-		},
+		}},
 	}
-	for name, call := range calls {
+	for _, c := range calls {
+		name, call := c.name, c.call
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		begin := time.Now()

@@ -165,7 +165,8 @@ type lane struct {
 
 	mu      sync.Mutex
 	queue   []*call
-	working bool // a worker is sending the queue (parked ones do not count)
+	spare   []*call // a queue's buffer, sent and cleared, for the next queue
+	working bool    // a worker is sending the queue (parked ones do not count)
 	state   breakerState
 	retryAt time.Time     // open: when a probe may go
 	silence time.Duration // open: the node timeout that passed
@@ -190,8 +191,10 @@ type call struct {
 	// held copy of a Release's delete): its failures go to the error
 	// handler of cfg, and a delete it makes is marked in released (that
 	// Release's record of its own deletes), when set.
-	cfg      *config
-	released *atomic.Bool
+	cfg       *config
+	released  *atomic.Bool
+	cleanup   *flight // a failed attempt's cleanups: done once answered or given up
+	heldAgain bool    // set by send while it holds the call again
 }
 
 // submit queues c on l and starts a worker if none runs, or fails c at once
@@ -245,9 +248,11 @@ func (l *lane) work() {
 	for {
 		l.mu.Lock()
 		var batch []*call
-		batch, l.queue = l.queue, nil
+		batch, l.queue = l.queue, l.spare[:0]
+		l.spare = nil
 		if len(batch) == 0 {
 			l.working = false
+			l.spare = batch
 			l.mu.Unlock()
 			return
 		}
@@ -267,6 +272,10 @@ func (l *lane) work() {
 		if !l.send(sendable) {
 			return // detached: parked until the client returned, and done
 		}
+		clear(batch)
+		l.mu.Lock()
+		l.spare = batch[:0] // the next queue reuses it
+		l.mu.Unlock()
 	}
 }
 
@@ -287,19 +296,22 @@ func (l *lane) send(batch []*call) bool {
 		timeout = max(timeout, c.timeout)
 	}
 	onTime := l.round(batch, timeout, false)
-	if onTime {
-		// The node answered; those whose script it lacks (NOSCRIPT: a
-		// restarted or flushed node) go again with the script itself, a
-		// round trip with a watchdog of its own.
-		var missing []*call
-		for _, c := range batch {
-			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-				missing = append(missing, c)
-			}
+	// The node answered; those whose script it lacks (NOSCRIPT: a restarted
+	// or flushed node, or a script not used on it yet) go again with the
+	// script itself, a round trip with a watchdog of its own (none for a
+	// worker already detached, and counted as parked).
+	var missing []*call
+	for _, c := range batch {
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			missing = append(missing, c)
 		}
-		if len(missing) > 0 {
-			onTime = l.round(missing, timeout, true)
-		}
+	}
+	switch {
+	case len(missing) == 0:
+	case onTime:
+		onTime = l.round(missing, timeout, true)
+	default:
+		runBatch(context.Background(), l.node.client, missing, true)
 	}
 
 	// What the node said: a reply (even an error reply) shows it alive;
@@ -316,7 +328,6 @@ func (l *lane) send(batch []*call) bool {
 		}
 	}
 	var resend, failed []*call
-	kept := map[*call]bool{} // standalone releases held again, not finished
 	l.mu.Lock()
 	switch {
 	case !onTime:
@@ -346,7 +357,7 @@ func (l *lane) send(batch []*call) bool {
 					failed = append(failed, d)
 				}
 			}
-			kept[c] = c.at == nil
+			c.heldAgain = c.at == nil
 		}
 	}
 	l.arm()
@@ -354,17 +365,20 @@ func (l *lane) send(batch []*call) bool {
 	for _, c := range failed {
 		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard})
 	}
-	for _, c := range resend {
-		l.submit(c)
-		l.owner.done() // counted while held
+	if len(resend) > 0 {
+		// The node has just answered: every held release goes out now,
+		// in one batch, without waiting for the breaker's probe.
+		l.requeue(resend)
 	}
 	if spoke && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
 	for _, c := range batch {
-		if !kept[c] {
-			l.finish(c, c.err)
+		if c.heldAgain {
+			c.heldAgain = false // held: finished when sent again
+			continue
 		}
+		l.finish(c, c.err)
 	}
 	return onTime
 }
@@ -374,17 +388,18 @@ func (l *lane) send(batch []*call) bool {
 // (silent) opens the breaker and detaches this worker. It reports whether the
 // answer came in time.
 func (l *lane) round(calls []*call, timeout time.Duration, load bool) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// The client gets no deadline: redlock's own timer bounds the wait (a
+	// client that honours ctx deadlines would otherwise report the node's
+	// silence as context.DeadlineExceeded), and a parked call is counted.
 	var state atomic.Int32
-	stop := context.AfterFunc(ctx, func() {
+	watchdog := time.AfterFunc(timeout, func() {
 		if state.CompareAndSwap(batchRunning, batchSilent) {
 			l.silent(calls, timeout)
 		}
 	})
-	runBatch(ctx, l.node.client, calls, load)
+	runBatch(context.Background(), l.node.client, calls, load)
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
-	stop()
-	cancel()
+	watchdog.Stop()
 	return onTime
 }
 
@@ -479,6 +494,23 @@ func (l *lane) retryHeld() {
 	l.owner.done()
 }
 
+// requeue queues held calls past the breaker and starts a worker if none
+// runs; they stop counting as held.
+func (l *lane) requeue(calls []*call) {
+	l.mu.Lock()
+	l.queue = append(l.queue, calls...)
+	start := !l.working
+	l.working = true
+	l.mu.Unlock()
+	if start {
+		l.owner.add()
+		go l.work()
+	}
+	for range calls {
+		l.owner.done() // counted while held
+	}
+}
+
 // unhold returns every held call, to send again now that the node answers.
 // Called with mu held.
 func (l *lane) unhold() []*call {
@@ -493,6 +525,9 @@ func (l *lane) finish(c *call, err error) {
 	if c.at != nil {
 		c.at.answer(c.node, err)
 		return
+	}
+	if c.cleanup != nil {
+		defer c.cleanup.done()
 	}
 	var rle *ResourceLockedError
 	switch {
@@ -515,11 +550,12 @@ func (c *call) sendable() bool {
 // isReply reports whether err is nil or the node's own answer: an error
 // reply, or a result judged against; not a network error or a timeout.
 func isReply(err error) bool {
+	switch err.(type) {
+	case nil, *ResourceLockedError, *unexpectedResult:
+		return true
+	}
 	var re redis.Error
-	var rle *ResourceLockedError
-	var ue *unexpectedResult
-	return err == nil || errors.As(err, &rle) || errors.As(err, &ue) ||
-		errors.As(err, &re) && !isTimeout(err)
+	return errors.As(err, &re) && !isTimeout(err)
 }
 
 // isTimeout reports whether err says that the node did not answer in time:

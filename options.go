@@ -154,16 +154,17 @@ func WithErrorHandler(fn func(err error)) Option {
 
 // WithWakeOnRelease sets whether a waiting Acquire wakes as soon as one of
 // its resources is released, instead of only after its retry delay. Every
-// release (and the cleanup of a failed attempt) announces the resources it
-// freed on [ReleasedChannel] on its node (on a Cluster, with sharded pub/sub
+// release announces the resources it freed on [ReleasedChannel] on its node (on a Cluster, with sharded pub/sub
 // on a channel in each resource's slot); the Redlock subscribes on every
 // node, one connection each (on a Cluster, one per resource waited for),
 // when an Acquire first has to wait. The Acquires of one Redlock that wait
 // for the same resources queue, first come first served: an announcement
 // wakes the longest waiter, which tries again at once; the others go on
 // waiting, or try at their retry delay. A new Acquire that may wait joins
-// the queue, when there is one, before its first attempt. A wake still counts as a retry. A
-// node that does not allow pub/sub, or a lost announcement, costs at most
+// the queue, when there is one, before its first attempt. A wake does not
+// use up a retry: the retry window is at least retries × delay, whatever is
+// announced. The cleanup of a failed attempt announces nothing. A node that
+// does not allow pub/sub, or a lost announcement, costs at most
 // the retry delay. [Redlock.Close] ends the subscriptions. Default: true.
 func WithWakeOnRelease(on bool) Option {
 	return func(c *config) { c.wake = on }

@@ -205,26 +205,27 @@ func retryDelay(cfg *config) time.Duration {
 // sleep waits for d, or for a wake (nil: none), or until ctx ends, and
 // reports whether ctx is still alive. With spread, a wake is followed by a
 // random pause of up to a millisecond.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, spread bool) bool {
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, spread bool) (alive, woken bool) {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return ctx.Err() == nil, false
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return true, false
 	case <-wake:
 		// Waiters in other Redlocks (other processes) wake on the same
 		// announcement. One that just split the nodes with such a
 		// competitor pauses at random, so that one of them usually takes
 		// every node before the other tries.
 		if spread {
-			return sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil, false)
+			alive, _ = sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil, false)
+			return alive, true
 		}
-		return ctx.Err() == nil
+		return ctx.Err() == nil, true
 	case <-ctx.Done():
-		return false
+		return false, false
 	}
 }
 
@@ -249,8 +250,16 @@ type outcome struct {
 // ends, or (extend, release) the lock is known to be lost.
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	var o outcome
+	var cleaning *attemptState // acquire: the last failed attempt, whose writes are being released
 	fail := func(reason string, sentinel error, ctxErr error) outcome {
 		o.err = &ExecutionError{Op: p.s.op, Resources: p.keys, Attempts: o.attempts, reason: reason, sentinel: sentinel, ctxErr: ctxErr}
+		// A failed Acquire returns once its cleanup has been answered (by
+		// the nodes that answered the acquire, within a node timeout), as
+		// node-redlock does: a process that exits right after leaves
+		// nothing behind. A call cut short by ctx does not wait.
+		if cleaning != nil && ctx.Err() == nil {
+			cleaning.awaitCleanup(cfg.nodeTimeout)
+		}
 		return o
 	}
 	if err := ctx.Err(); err != nil {
@@ -278,8 +287,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// trying at once would jump the queue, and could split the nodes with
 	// the head's attempt at the next release.
 	if p.s.op == OpAcquire && cfg.wake && cfg.retryCount != 0 {
-		if wake = r.register(p.keys, true); wake != nil && !sleep(ctx, retryDelay(cfg), wake.channel(), false) {
-			return fail("not attempted", nil, ctx.Err())
+		if wake = r.register(p.keys, true); wake != nil {
+			if alive, _ := sleep(ctx, retryDelay(cfg), wake.channel(), false); !alive {
+				return fail("not attempted", nil, ctx.Err())
+			}
 		}
 	}
 	for i := 0; ; i++ {
@@ -334,6 +345,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		// failed or cancelled Acquire returns at once.
 		if p.s.op == OpAcquire && locked < n {
 			as.releaseAttempt()
+			cleaning = as
 		}
 
 		// A quorum of "not held" for extend or release cannot change by
@@ -362,14 +374,16 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if wake == nil && p.s.op == OpAcquire && cfg.wake {
 			wake = r.register(p.keys, false)
 		}
-		if wake != nil {
-			v := o.value // this attempt's cleanup must not wake us
-			wake.self.Store(&v)
-		}
 		// Some votes for, yet no quorum: another waiter took the rest.
 		split := p.s.op == OpAcquire && len(st.VotesFor) > 0
-		if !sleep(ctx, retryDelay(cfg), wake.channel(), split) {
+		alive, woken := sleep(ctx, retryDelay(cfg), wake.channel(), split)
+		if !alive {
 			return fail("cut short", sentinel, ctx.Err())
+		}
+		if woken {
+			// A wake is a free retry: the window is at least what the
+			// options promise (retries × delay), whatever is announced.
+			i--
 		}
 	}
 }

@@ -62,6 +62,20 @@ end
 return count
 `
 
+	// cleanupSrc releases a failed acquire attempt's writes. It announces
+	// nothing: the lock was never held, and a waiter woken by it would
+	// spend its retry on a resource that someone else still holds.
+	cleanupSrc = `
+local count = 0
+for _, key in ipairs(KEYS) do
+  if redis.call("get", key) == ARGV[1] then
+    redis.call("del", key)
+    count = count + 1
+  end
+end
+return count
+`
+
 	// releaseShardedSrc is releaseSrc for a Redis Cluster: each freed key
 	// is announced with SPUBLISH (sharded pub/sub, which stays on the
 	// key's shard instead of crossing the whole cluster bus) on its own
@@ -98,6 +112,7 @@ var (
 	releaseScript = newScript(OpRelease, releaseSrc)
 
 	releaseShardedScript = newScript(OpRelease, releaseShardedSrc)
+	cleanupScript        = newScript(OpRelease, cleanupSrc)
 )
 
 // run executes s on one node and turns the answer into a vote: nil for a

@@ -7,14 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// ReleasedChannel is the pub/sub channel on which the release script (and
-// the cleanup of a failed acquire attempt) announces each resource it freed.
+// ReleasedChannel is the pub/sub channel on which the release script
+// announces each resource it freed (the cleanup of a failed acquire attempt
+// announces nothing: that lock was never held).
 // The message is the freed lock's value (32 hex characters) followed by the
 // resource's name. Waiters of every Redlock, in every process, that use the
 // same nodes wake on it.
@@ -74,10 +74,6 @@ type group struct {
 type waiter struct {
 	group *group
 	wake  chan struct{} // holds one pending wake
-	// self is the value of the waiter's latest attempt: the release of its
-	// own failed attempt must not wake it (it would retry at once, again
-	// and again, while another holder keeps the lock).
-	self atomic.Pointer[string]
 }
 
 // groupID names a set of resources whatever their order.
@@ -285,24 +281,20 @@ func closeAll(subs []*redis.PubSub) {
 }
 
 // notify wakes, without blocking, the head of each group waiting for the
-// resource an announcement names, unless the announcement is of that
-// waiter's own attempt.
+// resource an announcement names. (The cleanup of a failed attempt announces
+// nothing, so a waiter is never woken by its own.)
 func (w *waker) notify(payload string) {
 	if len(payload) <= valueLen {
 		return // not one of ours
 	}
-	value, key := payload[:valueLen], payload[valueLen:]
+	key := payload[valueLen:]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, g := range w.byKey[key] {
 		if len(g.queue) == 0 {
 			continue
 		}
-		head := g.queue[0]
-		if self := head.self.Load(); self != nil && *self == value {
-			continue
-		}
-		head.poke()
+		g.queue[0].poke()
 	}
 }
 
