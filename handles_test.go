@@ -1,0 +1,259 @@
+package redlock_test
+
+// The lock's life as a user sees it (issue 12): the Go idioms (deferred
+// Release, request deadlines, short-lived processes, one handle shared by
+// goroutines) on real redis-server nodes.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Item 1: `defer lock.Release(ctx)` right after Acquire releases the lock
+// even after `lock, err = lock.Extend(...)`. (The deferred call held the
+// first handle, which Extend had spent: the extension stayed held.)
+func TestDeferredReleaseReleasesTheExtension(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	func() {
+		lock, err := c.rl.Acquire(ctx, []string{"{redlock}job"}, time.Minute)
+		require.NoError(t, err)
+		defer func() {
+			_, err := lock.Release(ctx)
+			assert.NoError(t, err, "the deferred Release")
+		}()
+		lock2, err := lock.Extend(ctx, 2*time.Minute)
+		require.NoError(t, err)
+		lock2, err = lock2.Extend(ctx, 3*time.Minute)
+		require.NoError(t, err)
+		_ = lock2
+	}()
+	for i := range 3 {
+		c.gone(t, i, "{redlock}job")
+	}
+}
+
+// Item 2: Extend and Release of one handle at once never return a Lock that
+// reports Valid while a quorum does not hold it. (12-15 of 200 races did.)
+func TestExtendAndReleaseOfOneHandle(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	bad := 0
+	for i := range 200 {
+		key := fmt.Sprintf("{redlock}race%d", i)
+		lock, err := c.rl.Acquire(ctx, []string{key}, time.Minute)
+		require.NoError(t, err)
+		var ext *redlock.Lock
+		var wg sync.WaitGroup
+		wg.Go(func() { ext, _ = lock.Extend(ctx, time.Minute) })
+		wg.Go(func() { _, _ = lock.Release(ctx) })
+		wg.Wait()
+		if ext == nil || !ext.Valid() {
+			continue
+		}
+		held := 0
+		for n := range 3 {
+			if c.get(t, n, key) == lock.Value() {
+				held++
+			}
+		}
+		if held < 2 {
+			bad++
+		}
+	}
+	assert.Zero(t, bad, "Locks reporting Valid while a quorum did not hold them (of 200 races)")
+}
+
+// Item 3: a Release whose ctx has ended (a request deadline that passed
+// during the work) still releases the lock; with the nodes unable to
+// answer, it returns within a node timeout with an error matching ctx's.
+func TestReleaseAfterTheRequestDeadline(t *testing.T) {
+	p := newProxied(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	lock, err := p.rl.Acquire(ctx, []string{"{redlock}req"}, time.Minute)
+	require.NoError(t, err)
+	<-ctx.Done() // the work overran the request's deadline
+	_, err = lock.Release(ctx)
+	require.NoError(t, err, "Release with the request's ended ctx")
+	for i := range 3 {
+		p.gone(t, i, "{redlock}req")
+	}
+
+	lock, err = p.rl.Acquire(context.Background(), []string{"{redlock}req2"}, time.Minute)
+	require.NoError(t, err)
+	p.proxies[1].Set(redistest.Partition)
+	p.proxies[2].Set(redistest.Partition)
+	begin := time.Now()
+	_, err = lock.Release(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "one attempt that could not finish reports ctx's error")
+	assert.Less(t, time.Since(begin), time.Second, "one attempt, bounded by the node timeout")
+	p.proxies[1].Heal()
+	p.proxies[2].Heal()
+}
+
+// Item 4: a failed Acquire returns once its cleanup has been answered by
+// the nodes that answered the acquire: node 0 takes the lock at once (2ms
+// each way), node 1 is held by another lock, node 2 says so only after 10ms;
+// when Acquire returns, node 0 holds nothing. (The cleanup was sent without
+// waiting: a process that exited then left the key for its ttl.)
+func TestFailedAcquireReturnsAfterItsCleanup(t *testing.T) {
+	p := newProxied(t, 3)
+	p.proxies[0].SetLatency(2*time.Millisecond, 2*time.Millisecond)
+	p.proxies[2].SetLatency(5*time.Millisecond, 5*time.Millisecond)
+	ctx := context.Background()
+	left := 0
+	for i := range 20 {
+		key := fmt.Sprintf("{redlock}fail%d", i)
+		p.set(t, 1, key, "another", time.Minute)
+		p.set(t, 2, key, "another", time.Minute)
+		_, err := p.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(0))
+		require.ErrorIs(t, err, redlock.ErrResourceLocked)
+		if p.get(t, 0, key) != "" {
+			left++
+		}
+	}
+	assert.Zero(t, left, "failed Acquires (of 20) whose write was still on node 0 when they returned")
+}
+
+// Item 4: a process that exits right after a failed Acquire (Close, then
+// its clients closed) leaves nothing, even where its acquire was still on
+// its way when the call returned (node 0 applies it at once, and its reply
+// takes 10ms).
+func TestExitAfterFailedAcquireLeavesNothing(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	px := redistest.NewProxy(t, nodes[0].Addr())
+	px.SetLatency(0, 10*time.Millisecond)
+	peek := []*redis.Client{nodes[0].Client(), nodes[1].Client(), nodes[2].Client()}
+	ctx := context.Background()
+	for i := range 10 {
+		key := fmt.Sprintf("{redlock}exit%d", i)
+		require.NoError(t, peek[1].Set(ctx, key, "another", time.Minute).Err())
+		require.NoError(t, peek[2].Set(ctx, key, "another", time.Minute).Err())
+		cs := []redis.UniversalClient{redis.NewClient(&redis.Options{Addr: px.Addr()}),
+			redis.NewClient(&redis.Options{Addr: nodes[1].Addr()}), redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})}
+		rl, err := redlock.New(cs, redlock.WithRetryCount(0))
+		require.NoError(t, err)
+		_, err = rl.Acquire(ctx, []string{key}, time.Minute)
+		require.ErrorIs(t, err, redlock.ErrResourceLocked)
+		require.NoError(t, rl.Close())
+		for _, c := range cs {
+			_ = c.Close()
+		}
+		time.Sleep(30 * time.Millisecond) // anything still on the wire lands
+		assert.Equal(t, "", peek[0].Get(ctx, key).Val(), "process %d exited and left its write on node 0", i)
+	}
+}
+
+// Item 4: a cron guard on six replicas, each a separate Redlock with its own
+// clients (as separate processes), which Close and close their clients as
+// a process exits. Every round runs the job exactly once and leaves no key.
+// (14 of 30 rounds left a key; with rounds closer than one ttl, 37 of 40
+// ran nobody.)
+func TestCronGuardOnSixReplicas(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	const replicas, rounds = 6, 30
+	peek := make([]*redis.Client, len(nodes))
+	for i, nd := range nodes {
+		peek[i] = nd.Client()
+	}
+	left, wrong := 0, 0
+	for round := range rounds {
+		var ran atomic.Int32
+		var wg sync.WaitGroup
+		for r := range replicas {
+			wg.Go(func() {
+				time.Sleep(time.Duration(r) * time.Millisecond) // the replicas' clocks differ a little
+				var cs []redis.UniversalClient
+				for _, nd := range nodes {
+					cs = append(cs, redis.NewClient(&redis.Options{Addr: nd.Addr()}))
+				}
+				defer func() {
+					for _, c := range cs {
+						_ = c.Close()
+					}
+				}()
+				rl, err := redlock.New(cs, redlock.WithRetryCount(0))
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer func() { _ = rl.Close() }() // before the clients close: the process exits
+				lock, err := rl.Acquire(context.Background(), []string{"{cron}nightly"}, 10*time.Second)
+				if err != nil {
+					return // another replica runs it
+				}
+				defer func() { _, _ = lock.Release(context.Background()) }()
+				ran.Add(1)
+				time.Sleep(30 * time.Millisecond) // the job
+			})
+		}
+		wg.Wait()
+		if ran.Load() != 1 {
+			wrong++
+			t.Logf("round %d: the job ran %d times", round, ran.Load())
+		}
+		for i, c := range peek {
+			if n := c.Exists(context.Background(), "{cron}nightly").Val(); n != 0 {
+				left++
+				t.Logf("round %d: node %d still holds the lock after every replica exited", round, i)
+			}
+		}
+	}
+	assert.Zero(t, wrong, "rounds that did not run the job exactly once (of %d)", rounds)
+	assert.Zero(t, left, "keys left after a round (of %d rounds × 3 nodes)", rounds)
+}
+
+// Item 5: waiters whose resource sets overlap keep their retry window. 9
+// Acquires with default options on {a,b}, {b,c}, {c,a}, each holding 20ms:
+// all get their lock. (3 to 7 failed after 11 attempts in 9-214ms: every
+// cleanup of a failed attempt woke the others, and each wake used up a
+// retry.)
+func TestOverlappingWaitersKeepTheirBudget(t *testing.T) {
+	c := newCluster(t, 3)
+	sets := [][]string{{"{ov}a", "{ov}b"}, {"{ov}b", "{ov}c"}, {"{ov}c", "{ov}a"}}
+	for round := range 3 {
+		var failed atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 9 {
+			wg.Go(func() {
+				lock, err := c.rl.Acquire(context.Background(), sets[i%3], time.Minute)
+				if err != nil {
+					failed.Add(1)
+					t.Logf("round %d, waiter %d: %v", round, i, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+				_, err = lock.Release(context.Background())
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, failed.Load(), "round %d: waiters that gave up (of 9)", round)
+	}
+}
+
+// Item 6: two clients for one server (same address and database) are
+// refused: that node would vote twice. Another database of the same server
+// is a different keyspace, and is accepted.
+func TestSameServerTwiceRefused(t *testing.T) {
+	nodes := redistest.Start(t, 2)
+	a := nodes[0].Client()
+	b := nodes[0].Client()
+	_, err := redlock.New([]redis.UniversalClient{a, nodes[1].Client(), b})
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "clients[0] and clients[2]")
+	rl, err := redlock.New([]redis.UniversalClient{a, nodes[0].Client(&redis.Options{DB: 1})})
+	require.NoError(t, err)
+	_ = rl.Close()
+}
