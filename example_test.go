@@ -42,7 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer rl.Close() // ends its subscriptions; the clients stay yours
+	defer rl.Close() // waits for releases still on their way; the clients stay yours
 	ctx := context.Background()
 	lock, err := rl.Acquire(ctx, []string{"invoice:42"}, 10*time.Second)
 	if err != nil {
@@ -85,7 +85,8 @@ func ExampleRedlock_Acquire_tryLock() {
 	// someone else runs the job
 }
 
-// Extend returns a new Lock; the old handle is spent.
+// Extend returns a new Lock; the old handle can no longer be extended, but
+// releasing through it (a deferred Release) releases the extension too.
 func ExampleLock_Extend() {
 	clients, stop := exampleNodes(3)
 	defer stop()
@@ -101,10 +102,14 @@ func ExampleLock_Extend() {
 	}
 	fmt.Println("old handle valid:", lock.Valid())
 	fmt.Println("new handle valid:", extended.Valid(), time.Until(extended.Expiration()) > 20*time.Second)
-	_, _ = extended.Release(ctx)
+	if _, err := lock.Release(ctx); err != nil { // the first handle, as a deferred Release has it
+		fmt.Println("release:", err)
+	}
+	fmt.Println("new handle valid after releasing through the old one:", extended.Valid())
 	// Output:
 	// old handle valid: false
 	// new handle valid: true true
+	// new handle valid after releasing through the old one: false
 }
 
 // Using runs a function under a lock that is extended while it runs; its
