@@ -49,6 +49,29 @@
 //     refused before anything is sent, with an error matching
 //     [ErrInvalidArgument] that names the bad value.
 //
+// # The life of a lock
+//
+// Acquire returns a [Lock]; Extend returns a new Lock for the same lock and
+// the old handle can no longer be extended. Release through any handle
+// releases the lock, its newest extension included, so the Go form of
+// node-redlock's try/finally works:
+//
+//	lock, err := rl.Acquire(ctx, resources, ttl)
+//	if err != nil {
+//		return err
+//	}
+//	defer lock.Release(ctx)
+//	...
+//	lock, err = lock.Extend(ctx, ttl)
+//
+// A Release whose ctx has already ended (a request's deadline that passed
+// during the work) still makes one attempt, bounded by the node timeout.
+// Once a release has been sent, no handle is [Lock.Valid], even if the
+// release failed: its deletes may have landed. A failed Acquire returns once
+// what it wrote has been released on the nodes that answered it. A process
+// calls [Redlock.Close] before it exits: Release returns at quorum, and Close
+// waits for the deletes still on their way to the other nodes.
+//
 // # Performance
 //
 // Concurrent calls to the same node are sent together as one pipeline: each
