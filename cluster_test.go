@@ -16,14 +16,18 @@ import (
 
 // clusterRedlock returns a Redlock whose one node is a ClusterClient of its
 // own over the Cluster nodes; both are closed at the test's end.
-func clusterRedlock(t *testing.T, nodes []*redistest.Node) (*redlock.Redlock, *redis.ClusterClient) {
-	var addrs []string
-	for _, nd := range nodes {
-		addrs = append(addrs, nd.Addr())
+func clusterRedlock(t *testing.T, nodes []*redistest.Node, co *redis.ClusterOptions, opts ...redlock.Option) (*redlock.Redlock, *redis.ClusterClient) {
+	t.Helper()
+	o := redis.ClusterOptions{}
+	if co != nil {
+		o = *co
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	for _, nd := range nodes {
+		o.Addrs = append(o.Addrs, nd.Addr())
+	}
+	cc := redis.NewClusterClient(&o)
 	t.Cleanup(func() { _ = cc.Close() })
-	rl, err := redlock.New([]redis.UniversalClient{cc})
+	rl, err := redlock.New([]redis.UniversalClient{cc}, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rl.Close() })
 	return rl, cc
@@ -35,7 +39,7 @@ func clusterRedlock(t *testing.T, nodes []*redistest.Node) (*redlock.Redlock, *r
 // release script's announcement reaches a waiter in another Redlock.
 func TestClusterClientAsOneNode(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	rl, cc := clusterRedlock(t, nodes)
+	rl, cc := clusterRedlock(t, nodes, nil)
 	ctx := context.Background()
 
 	keys := []string{"{orders}:1", "{orders}:2"}
@@ -55,7 +59,7 @@ func TestClusterClientAsOneNode(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), "CROSSSLOT"), "the node's answer is in the error: %v", err)
 
 	// A waiter in another Redlock is woken by the release.
-	other, _ := clusterRedlock(t, nodes)
+	other, _ := clusterRedlock(t, nodes, nil)
 	got := make(chan error, 1)
 	var at time.Time
 	go func() {
@@ -88,8 +92,8 @@ func TestClusterClientAsOneNode(t *testing.T) {
 func TestClusterShardedWake(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
 	ctx := context.Background()
-	holder, cc := clusterRedlock(t, nodes)
-	waiter, _ := clusterRedlock(t, nodes)
+	holder, cc := clusterRedlock(t, nodes, nil)
+	waiter, _ := clusterRedlock(t, nodes, nil)
 
 	// Anyone listening on the classic channel, on any node, hears nothing.
 	var classic []*redis.PubSub

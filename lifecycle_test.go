@@ -99,6 +99,10 @@ func hungMinority(t *testing.T, opts ...redlock.Option) *cluster {
 	return c
 }
 
+// noTimeouts makes a ClusterClient whose calls only redlock's node timeout
+// bounds.
+var noTimeouts = &redis.ClusterOptions{ReadTimeout: -1, WriteTimeout: -1, MaxRedirects: -1}
+
 // warm takes and releases a lock, so that every pool has a connection.
 func warm(t *testing.T, rl *redlock.Redlock) {
 	t.Helper()
@@ -258,15 +262,7 @@ func TestEarlyCancelDoesNotStarveHealthyNodes(t *testing.T) {
 // 10s straight, all shards alike.)
 func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, nd := range nodes {
-		addrs = append(addrs, nd.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ReadTimeout: -1, WriteTimeout: -1, MaxRedirects: -1})
-	t.Cleanup(func() { _ = cc.Close() })
-	rl, err := redlock.New([]redis.UniversalClient{cc}, redlock.WithRetryCount(0))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
+	rl, cc := clusterRedlock(t, nodes, noTimeouts, redlock.WithRetryCount(0))
 	ctx := context.Background()
 
 	// A key on each shard, by the shard's address.
@@ -284,12 +280,7 @@ func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 		}
 	}
 	require.Len(t, byShard, 3)
-	var hung *redistest.Node
-	for _, nd := range nodes {
-		if nd.Addr() == addrs[0] {
-			hung = nd
-		}
-	}
+	hung := nodes[0]
 	hungKey := byShard[hung.Addr()]
 	hung.Pause()
 	t.Cleanup(hung.Resume)
@@ -514,15 +505,7 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 // after Close.)
 func TestHungShardStartsNoSubscriptions(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, nd := range nodes {
-		addrs = append(addrs, nd.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ReadTimeout: -1, WriteTimeout: -1, MaxRedirects: -1})
-	t.Cleanup(func() { _ = cc.Close() })
-	rl, err := redlock.New([]redis.UniversalClient{cc}, redlock.WithRetryCount(1), redlock.WithRetryDelay(10*time.Millisecond), redlock.WithRetryJitter(0))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
+	rl, cc := clusterRedlock(t, nodes, noTimeouts, redlock.WithRetryCount(1), redlock.WithRetryDelay(10*time.Millisecond), redlock.WithRetryJitter(0))
 	ctx := context.Background()
 	for i := range 30 { // every shard warm, the slot map known
 		l, err := rl.Acquire(ctx, []string{fmt.Sprintf("{w%d}", i)}, time.Minute)
