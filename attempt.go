@@ -247,13 +247,14 @@ func (as *attemptState) clean(i int) {
 }
 
 // awaitCleanup waits until the releases of the attempt's writes sent so far
-// have been answered, for at most d.
-func (as *attemptState) awaitCleanup(d time.Duration) {
+// have been answered, for at most d, and not past ctx.
+func (as *attemptState) awaitCleanup(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-as.cleanups.wait():
 	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -27,6 +27,18 @@ type Lock struct {
 	// once one succeeded (extended): a handle is extended at most once.
 	extending atomic.Bool
 	extended  atomic.Bool
+	// cut is set (Unix ns) when an Extend of this handle failed after
+	// sending: its shorter ttl may have landed on some nodes, so the
+	// handle is held no longer than that ttl allows.
+	cut atomic.Int64
+}
+
+// until is the handle's expiration, cut short by a failed Extend.
+func (l *Lock) until() time.Time {
+	if c := l.cut.Load(); c != 0 && c < l.expiration.UnixNano() {
+		return time.Unix(0, c)
+	}
+	return l.expiration
 }
 
 // lockLife is what every handle of one lock (Acquire's and its extensions')
@@ -71,13 +83,14 @@ func (l *Lock) Value() string {
 }
 
 // Expiration returns the time until which the lock is held: the start of
-// the successful attempt + ttl - drift. It returns the zero time once this
+// the successful attempt + ttl - drift, or earlier after an Extend of this
+// handle to a shorter ttl failed (its new ttl may have reached some nodes). It returns the zero time once this
 // handle has been extended, or a release of the lock has been attempted.
 func (l *Lock) Expiration() time.Time {
 	if !l.live() {
 		return time.Time{}
 	}
-	return l.expiration
+	return l.until()
 }
 
 // Valid reports whether the lock is still held by this handle's account:
@@ -85,7 +98,7 @@ func (l *Lock) Expiration() time.Time {
 // the lock attempted through any handle (even one that failed: its deletes
 // may have landed), and its expiration not yet reached. It asks no node.
 func (l *Lock) Valid() bool {
-	return l.live() && time.Now().Before(l.expiration)
+	return l.live() && time.Now().Before(l.until())
 }
 
 // live reports whether the handle is neither extended nor released.

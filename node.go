@@ -125,6 +125,17 @@ func (nd *node) script(s *script, keys []string, args []any) (*script, []any) {
 	return releaseShardedScript, sharded
 }
 
+// lanes returns the node's lanes.
+func (nd *node) lanes() []*lane {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	ls := []*lane{nd.one}
+	for _, l := range nd.shards {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
 // laneFor returns the lane that serves key. On a Cluster it is the lane of
 // the shard primary that owns key's slot; before the Cluster client has
 // loaded its slot map (which it does on its first command, in a worker), it
@@ -492,6 +503,16 @@ func (l *lane) retryHeld() {
 	l.mu.Unlock()
 	l.submit(c)
 	l.owner.done()
+}
+
+// flush sends every held release now, past the breaker (for Close).
+func (l *lane) flush() {
+	l.mu.Lock()
+	held := l.unhold()
+	l.mu.Unlock()
+	if len(held) > 0 {
+		l.requeue(held)
+	}
 }
 
 // requeue queues held calls past the breaker and starts a worker if none

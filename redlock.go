@@ -258,7 +258,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		// node-redlock does: a process that exits right after leaves
 		// nothing behind. A call cut short by ctx does not wait.
 		if cleaning != nil && ctx.Err() == nil {
-			cleaning.awaitCleanup(cfg.nodeTimeout)
+			cleaning.awaitCleanup(ctx, cfg.nodeTimeout)
 		}
 		return o
 	}
@@ -267,7 +267,8 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	}
 	n, q := len(r.nodes), r.Quorum()
 	unlimited := cfg.retryCount == -1
-	var released []atomic.Bool // release: the nodes that deleted the value, in any attempt
+	window := time.Now().Add(time.Duration(max(cfg.retryCount, 0)) * cfg.retryDelay) // free wakes end here
+	var released []atomic.Bool                                                       // release: the nodes that deleted the value, in any attempt
 	if p.s.op == OpRelease {
 		released = make([]atomic.Bool, n)
 	}
@@ -380,9 +381,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if !alive {
 			return fail("cut short", sentinel, ctx.Err())
 		}
-		if woken {
-			// A wake is a free retry: the window is at least what the
-			// options promise (retries × delay), whatever is announced.
+		if woken && time.Now().Before(window) {
+			// A wake is a free retry within the window the options
+			// promise (retries × delay), whatever is announced; past it,
+			// wakes count, so that a storm of them cannot retry for ever.
 			i--
 		}
 	}
@@ -479,7 +481,11 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
-	p := plan{s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)}, ttl: ttl, until: lock.expiration}
+	p := plan{s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)}, ttl: ttl, until: lock.until()}
+	// From the first PEXPIRE on, the keys may expire at now + ttl: before
+	// this handle's expiration when ttl is shorter than what is left. The
+	// handle is held no longer than that, whether the Extend succeeds or not.
+	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
 	o := r.execute(ctx, cfg, &p)
 	if o.err != nil {
 		lock.extending.Store(false)

@@ -28,6 +28,7 @@ import (
 // When ctx ends, fn's context ends too; the lock is kept until fn returns, and
 // then released. When fn returns, no new extension starts, an extension in
 // flight is waited for, and the lock is released once (even if ctx has
+// ended: then with one attempt, bounded by the node timeout; see Release)
 // ended). Using returns fn's error; a release error is joined to it, never put
 // in its place. If fn panics, the lock is released and the panic goes on.
 // Using's goroutine has exited by the time it returns.
@@ -80,7 +81,9 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		p := recover()
 		close(ext.stop)
 		<-ext.exited
-		_, relErr := ext.lock.Release(context.WithoutCancel(ctx))
+		// With ctx ended, Release makes one attempt bounded by the node
+		// timeout rather than a whole retry window.
+		_, relErr := ext.lock.Release(ctx)
 		if ext.err != nil && errors.Is(relErr, ErrLockExpired) {
 			relErr = nil // the lock was lost, as ext.err already says
 		}
@@ -112,11 +115,11 @@ func (e *extender) run(ctx context.Context) {
 	// section after ctx ends) but never the lock's validity.
 	base := context.WithoutCancel(ctx)
 	for {
-		if !e.wait(time.Until(e.lock.expiration) - e.cfg.extensionThreshold) {
+		if !e.wait(time.Until(e.lock.until()) - e.cfg.extensionThreshold) {
 			return
 		}
 		for {
-			extCtx, cancel := context.WithDeadline(base, e.lock.expiration)
+			extCtx, cancel := context.WithDeadline(base, e.lock.until())
 			l, err := e.lock.Extend(extCtx, e.ttl) // the Lock carries Using's options
 			cancel()
 			if err == nil {

@@ -314,24 +314,25 @@ func (wt *waiter) channel() <-chan struct{} {
 	return wt.wake
 }
 
-// closeWait bounds how long Close waits for a subscription goroutine that
-// is inside the client: one still connecting to a hung node, which neither
-// ctx nor closing the subscription reaches when the client has no read
-// timeout. It ends when the client's read does (or the client is closed).
+// closeWait is the least time Close waits for what is still in flight (two
+// node timeouts when that is longer).
 const closeWait = time.Second
 
 // Close ends the Redlock's subscriptions to release announcements (one
 // connection per node, opened by the first Acquire that had to wait; on a
-// Cluster, one per resource being waited for) and waits for their
-// goroutines, and for the node workers still sending calls (releases
-// included). It does not close the clients given to New, which stay the
-// caller's: close them after Close, and close the Redlock before a process
-// exits, so that nothing it sent is cut off. After Close, Acquire, Extend, Release and Using
-// still work; waiting Acquires retry on their delay alone. Close is
-// idempotent and safe for concurrent use. It returns an error only when a
-// goroutine is still inside the client after a second, talking to a node
-// that does not answer: that goroutine ends when the client's read times
-// out or the client is closed. Close itself leaves no goroutine behind.
+// Cluster, one per resource being waited for), sends at once the releases
+// held for nodes that had not replied, and waits for the subscription
+// goroutines and for every call and release still in flight, for at least a
+// second (two node timeouts when that is longer). It does not close the
+// clients given to New, which stay the caller's: close the Redlock before a
+// process exits, then the clients, so that nothing it sent is cut off. After
+// Close, Acquire, Extend, Release and Using still work (waiting Acquires
+// retry on their delay alone), but a release that gets no reply is no
+// longer sent again. Close is idempotent and safe for concurrent use. It
+// returns an error when something was still waiting for a node that had not
+// answered by then: a call inside the client ends when the client's read
+// times out or the client is closed; a release not sent is given up. Close
+// itself leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil {
 		return nil
@@ -361,17 +362,26 @@ func (r *Redlock) Close() error {
 	w.groups, w.byKey, w.keySubs, w.subs = nil, nil, nil, nil
 	w.mu.Unlock()
 	closeAll(subs)
-	t := time.NewTimer(closeWait)
+	// Held releases go out now, past their breakers: the node may have
+	// come back since their last try.
+	for _, nd := range r.nodes {
+		for _, l := range nd.lanes() {
+			l.flush()
+		}
+	}
+	wait := max(closeWait, 2*r.cfg.nodeTimeout)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, g := range []struct {
 		f    *flight
 		what string
-	}{{&w.running, "a subscription is still connecting to"}, {&r.workers, "a call is still waiting for"}} {
+	}{{&w.running, "a subscription is still connecting to"}, {&r.workers, "a call or a release is still waiting for"}} {
 		select {
 		case <-g.f.wait():
 		case <-t.C:
 			r.workers.stopped.Store(true)
-			return fmt.Errorf("redlock: close: %s a node that does not answer after %v; it ends when the client's read times out or the client is closed", g.what, closeWait)
+			return fmt.Errorf("redlock: close: %s a node that has not answered after %v; a call ends when the client's "+
+				"read times out or the client is closed, and a release not sent by then is given up", g.what, wait)
 		}
 	}
 	r.workers.stopped.Store(true)
