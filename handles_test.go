@@ -257,3 +257,64 @@ func TestSameServerTwiceRefused(t *testing.T) {
 	require.NoError(t, err)
 	_ = rl.Close()
 }
+
+// An Extend to a shorter ttl that fails after its PEXPIREs were sent (its
+// ctx ended) must not leave the old handle Valid for its old expiration:
+// the keys expire early, and another holder then acquires. (Found by a
+// probe: two valid holders.)
+func TestFailedShorterExtendCutsTheHandle(t *testing.T) {
+	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
+	lock, err := p.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
+	require.NoError(t, err)
+	for _, px := range p.proxies {
+		px.SetLatency(50*time.Millisecond, 0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err = lock.Extend(ctx, 200*time.Millisecond)
+	require.Error(t, err)
+	for _, px := range p.proxies {
+		px.SetLatency(0, 0)
+	}
+	time.Sleep(400 * time.Millisecond) // the shorter ttl has run out on the nodes
+	other := newClusterOn(t, p.nodes, nil, redlock.WithRetryCount(0))
+	second, err := other.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
+	require.NoError(t, err, "the keys expired with the shorter ttl")
+	assert.False(t, lock.Valid() && second.Valid(), "two valid holders")
+}
+
+// A storm of release announcements on one of a waiter's resources does not
+// keep it retrying past its window: WithRetryCount(2) × 100ms gives up in
+// well under a second. (Found by a probe: it retried until ctx ended.)
+func TestWakeStormEndsWithTheWindow(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	hold, err := c.rl.Acquire(ctx, []string{"{st}b"}, 30*time.Second)
+	require.NoError(t, err)
+	defer func() { _, _ = hold.Release(ctx) }()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if l, err := c.rl.Acquire(ctx, []string{"{st}a"}, time.Second, redlock.WithRetryCount(0)); err == nil {
+				_, _ = l.Release(ctx)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	begin := time.Now()
+	_, err = c.rl.Acquire(wctx, []string{"{st}a", "{st}b"}, time.Second, redlock.WithRetryCount(2),
+		redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
+	took := time.Since(begin)
+	close(stop)
+	wg.Wait()
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.NoError(t, wctx.Err(), "the waiter ran until its ctx ended (%v)", took)
+}
