@@ -30,10 +30,11 @@
 //     which holds even when the go-redis client has none of its own, and no
 //     call outlives its ctx. A node silent past that timeout has its circuit
 //     opened: its calls fail at once, unsent, until a single probe call is
-//     answered. At most 4 goroutines are parked on a node that does not
-//     answer (on a Cluster, per shard: a hung shard holds up only its own
-//     slots); they end when the node answers or the client times out. A
-//     caller that gives up early never makes a healthy node look sick.
+//     answered. At most 4 call goroutines are parked on a node that does
+//     not answer (on a Cluster, per shard: a hung shard holds up only its
+//     own slots), plus a waker subscription that was already connecting when
+//     it went silent; they end when the node answers or the client times
+//     out. A caller that gives up early never makes a healthy node look sick.
 //   - An attempt that reaches a quorum only after the lock's validity has
 //     passed is a failure, and is cleaned up.
 //   - A failed acquire attempt releases what it wrote before the next one,

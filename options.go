@@ -131,8 +131,10 @@ func WithAutomaticExtensionThreshold(d time.Duration) Option {
 // calls to that node (on a Cluster, that shard) fail at once without being
 // sent, until one node timeout has passed, when one call is sent alone as a
 // probe; an answer to it ends the pause. So a node that does not answer holds
-// at most 4 of redlock's goroutines, however many calls are made meanwhile,
-// and costs each caller nothing more than a vote against. Default: 100ms.
+// at most 4 of redlock's call goroutines, however many calls are made
+// meanwhile, and costs each caller nothing more than a vote against. A
+// release it does not reply to is kept and sent again when it answers.
+// Default: 100ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }
