@@ -32,9 +32,9 @@
 //     opened: its calls fail at once, unsent, until a single probe call is
 //     answered. At most 4 call goroutines are parked on a node that does
 //     not answer (on a Cluster, per shard: a hung shard holds up only its
-//     own slots), plus a waker subscription that was already connecting when
-//     it went silent; they end when the node answers or the client times
-//     out. A caller that gives up early never makes a healthy node look sick.
+//     own slots), plus the waker subscriptions that were already connecting
+//     when it went silent (none starts once it is seen to be silent); they
+//     end when the node answers or the client times out. A caller that gives up early never makes a healthy node look sick.
 //   - An attempt that reaches a quorum only after the lock's validity has
 //     passed is a failure, and is cleaned up.
 //   - A failed acquire attempt releases what it wrote before the next one,
