@@ -549,3 +549,27 @@ func TestHungShardStartsNoSubscriptions(t *testing.T) {
 	assert.LessOrEqual(t, subs, 20, "subscription goroutines parked on the hung shard")
 	hung.Resume()
 }
+
+// A release a node did not reply to is held and sent again: Close sends it
+// at once once the node is back, and waits for it, so that after Release
+// and Close no healthy node holds the lock. (Found by a probe: with a node
+// timeout above a second, Close gave up on it and node 2 kept the lock for
+// its ttl.)
+func TestCloseSendsHeldReleases(t *testing.T) {
+	p := newProxied(t, 3, redlock.WithNodeTimeout(1500*time.Millisecond), redlock.WithRetryCount(0))
+	ctx := context.Background()
+	lock, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, 30*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.get(t, 2, "{redlock}held") == lock.Value() }, time.Second, time.Millisecond)
+	p.proxies[2].Set(redistest.Partition)
+	_, err = lock.Release(ctx)
+	require.NoError(t, err, "Release at quorum")
+	time.Sleep(200 * time.Millisecond)
+	p.proxies[2].Heal() // back, its connections cut
+	time.Sleep(100 * time.Millisecond)
+	begin := time.Now()
+	require.NoError(t, p.rl.Close())
+	// Sent at once, not at its next retry (one node timeout later).
+	assert.Less(t, time.Since(begin), time.Second, "Close waited for the held release's retry")
+	assert.Equal(t, "", p.get(t, 2, "{redlock}held"), "node 2 still holds the lock after Release and Close")
+}

@@ -1,12 +1,9 @@
 package redlock
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The Lua scripts. KEYS are the resources; ARGV[1] is the lock's value and,
@@ -114,17 +111,6 @@ var (
 	releaseShardedScript = newScript(OpRelease, releaseShardedSrc)
 	cleanupScript        = newScript(OpRelease, cleanupSrc)
 )
-
-// run executes s on one node and turns the answer into a vote: nil for a
-// vote for, or the reason against. Only a result equal to len(keys) is a
-// vote for.
-func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, args []any) error {
-	res, err := c.EvalSha(ctx, s.hash, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = c.Eval(ctx, s.src, keys, args...).Result()
-	}
-	return s.judge(res, err, len(keys))
-}
 
 // judge turns a script's answer into a vote.
 func (s *script) judge(res any, err error, keys int) error {

@@ -293,6 +293,17 @@ func TestHungFakeNode(t *testing.T) {
 
 // The scripts' semantics, on miniredis for speed (the real-node tests cover
 // them on redis-server).
+// runScript runs s on c as a lane does: EVALSHA, then the script itself
+// when the node lacks it.
+func runScript(ctx context.Context, c redis.UniversalClient, s *script, keys []string, args []any) error {
+	cl := &call{s: s, keys: keys, args: args}
+	runBatch(ctx, c, []*call{cl}, false)
+	if cl.err != nil && redis.HasErrorPrefix(cl.err, "NOSCRIPT") {
+		runBatch(ctx, c, []*call{cl}, true)
+	}
+	return cl.err
+}
+
 func TestScriptsOnMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -300,28 +311,28 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"a", "b"}
 
-	require.NoError(t, acquireScript.run(ctx, c, keys, []any{"v1", 1000}))
+	require.NoError(t, runScript(ctx, c, acquireScript, keys, []any{"v1", 1000}))
 	assert.Equal(t, int64(1000), mr.TTL("a").Milliseconds())
 	// Our own value does not block a retry; another does.
-	require.NoError(t, acquireScript.run(ctx, c, keys, []any{"v1", 2000}))
-	err := acquireScript.run(ctx, c, keys, []any{"v2", 1000})
+	require.NoError(t, runScript(ctx, c, acquireScript, keys, []any{"v1", 2000}))
+	err := runScript(ctx, c, acquireScript, keys, []any{"v2", 1000})
 	var rle *ResourceLockedError
 	require.ErrorAs(t, err, &rle)
 	assert.Equal(t, int64(0), rle.Applied)
 	assert.ErrorIs(t, err, ErrResourceLocked)
 	// All or nothing: one taken key keeps the other free.
 	require.NoError(t, c.Set(ctx, "c", "other", 0).Err())
-	require.Error(t, acquireScript.run(ctx, c, []string{"c", "d"}, []any{"v3", 1000}))
+	require.Error(t, runScript(ctx, c, acquireScript, []string{"c", "d"}, []any{"v3", 1000}))
 	assert.False(t, mr.Exists("d"))
 
-	require.NoError(t, extendScript.run(ctx, c, keys, []any{"v1", 5000}))
+	require.NoError(t, runScript(ctx, c, extendScript, keys, []any{"v1", 5000}))
 	assert.Equal(t, int64(5000), mr.TTL("b").Milliseconds())
-	err = extendScript.run(ctx, c, keys, []any{"v2", 5000})
+	err = runScript(ctx, c, extendScript, keys, []any{"v2", 5000})
 	assert.ErrorIs(t, err, ErrLockExpired)
 
 	// Release counts only the keys that held the value.
 	require.NoError(t, c.Set(ctx, "b", "thief", 0).Err())
-	err = releaseScript.run(ctx, c, keys, []any{"v1"})
+	err = runScript(ctx, c, releaseScript, keys, []any{"v1"})
 	require.ErrorAs(t, err, &rle)
 	assert.Equal(t, int64(1), rle.Applied)
 	assert.False(t, mr.Exists("a"))
