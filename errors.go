@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors that callers branch on with [errors.Is].
@@ -63,7 +65,20 @@ type ResourceLockedError struct {
 
 // Error implements the error interface.
 func (e *ResourceLockedError) Error() string {
-	return fmt.Sprintf("the operation was applied to: %d of the %d requested resources", e.Applied, e.Requested)
+	switch {
+	case e.Op == OpAcquire:
+		return "held by another lock"
+	case e.Applied > 0:
+		return fmt.Sprintf("no longer held by this lock on %d of its %d resources", int64(e.Requested)-e.Applied, e.Requested)
+	}
+	return "no longer held by this lock"
+}
+
+// isLocked reports whether err is a node's "held by another" (acquire) or
+// "no longer ours" (extend, release).
+func isLocked(err error) bool {
+	_, ok := err.(*ResourceLockedError)
+	return ok
 }
 
 // Unwrap returns the sentinel that this vote stands for.
@@ -108,9 +123,13 @@ type NodeTimeoutError struct {
 	// Shard is the address of the Cluster shard primary that did not
 	// answer; empty for a node that is one server.
 	Shard string
-	// Cause is what the client said when it gave up by itself (its own
-	// read timeout, say); nil when redlock's timer ran out first. It is
-	// kept for the text and not unwrapped.
+	// Cause is what the client said: its own timeout when it gave up by
+	// itself, or the network error it last gave for this node (a refused
+	// connection, an address that does not resolve) since the node last
+	// answered; nil when nothing is known. The client may take longer than
+	// the node timeout to say it (go-redis retries a dial for about 1.7s),
+	// so the first attempts on a node that is down may not know it yet. It
+	// is kept for the text and not unwrapped.
 	Cause error
 }
 
@@ -121,12 +140,15 @@ func (e *NodeTimeoutError) Error() string {
 		fmt.Fprintf(&b, "shard %s: ", e.Shard)
 	}
 	if e.CircuitOpen {
-		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) recently; one call is tried again %v after the silence", e.Timeout, e.Timeout)
+		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
 	} else {
 		fmt.Fprintf(&b, "no answer within %v (WithNodeTimeout)", e.Timeout)
 	}
 	if e.Cause != nil && !errors.Is(e.Cause, context.DeadlineExceeded) {
-		fmt.Fprintf(&b, " (client: %v)", e.Cause)
+		fmt.Fprintf(&b, "; the client said: %v", e.Cause)
+	}
+	if e.CircuitOpen {
+		fmt.Fprintf(&b, "; one call tries it again every %v", e.Timeout)
 	}
 	return b.String()
 }
@@ -137,50 +159,147 @@ func (e *NodeTimeoutError) Error() string {
 //
 // It matches [ErrResourceLocked] when the last attempt that ctx did not cut
 // short was lost to other holders, [ErrLockExpired] when the lock is no
-// longer held, and the context's error when the call was cut short by ctx. A quorum lost to node
-// failures matches neither sentinel; the node errors are in Attempts.
+// longer held, the context's error when the call was cut short by ctx, and
+// [ErrInvalidArgument] when the nodes refused the resources themselves (on a
+// Redis Cluster, resources in different hash slots). A quorum lost to node
+// failures matches none of these; when it was lost to refusals that
+// retrying cannot fix (a wrong password, an ACL that forbids the scripts),
+// the call ends at once and the error also unwraps to the refusing node's
+// [*NodeError]. The other node errors are in Attempts.
 type ExecutionError struct {
 	Op        Op
 	Resources []string
 	Attempts  []ExecutionStats
 
-	reason   string // what happened, in words
-	sentinel error  // ErrResourceLocked, ErrLockExpired or nil
-	ctxErr   error  // ctx.Err() when ctx ended the call
+	reason   string       // what happened, in words
+	sentinel error        // ErrResourceLocked, ErrLockExpired, ErrInvalidArgument or nil
+	ctxErr   error        // ctx.Err() when ctx ended the call
+	refusal  *NodeError   // a node's refusal that ended the call
+	against  []*NodeError // the votes against of the attempt that reason describes
+	tries    int          // attempts made (Attempts keeps only the last with unlimited retries)
+	took     time.Duration
 }
 
 // Error implements the error interface.
 func (e *ExecutionError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redlock: %s %q: %s", e.Op, e.Resources, e.reason)
-	if e.ctxErr != nil {
-		fmt.Fprintf(&b, ": %v", e.ctxErr)
+	fmt.Fprintf(&b, "redlock: %s %q: ", e.Op, e.Resources)
+	switch {
+	case e.ctxErr != nil && e.tries == 0:
+		fmt.Fprintf(&b, "not attempted: %v", e.ctxErr)
+	case e.ctxErr != nil:
+		fmt.Fprintf(&b, "%v after %s", e.ctxErr, e.attempts())
+		if e.reason != "cut short" {
+			fmt.Fprintf(&b, "; last whole attempt: %s", e.reason)
+		}
+	default:
+		b.WriteString(e.reason)
+		if e.tries > 1 {
+			fmt.Fprintf(&b, ", after %s", e.attempts())
+		}
 	}
-	if n := len(e.Attempts); n > 0 {
-		last := e.Attempts[n-1]
-		fmt.Fprintf(&b, " (last attempt: %d for, %d against of %d nodes, quorum %d",
-			len(last.VotesFor), len(last.VotesAgainst), last.MembershipSize, last.QuorumSize)
-		if last.Late {
-			b.WriteString(", validity passed before the quorum")
+	// The votes against that the reason does not count already.
+	counted := e.sentinel == ErrResourceLocked || e.sentinel == ErrLockExpired
+	for _, v := range e.against {
+		if v == e.refusal || counted && isLocked(v.Err) ||
+			errors.Is(v.Err, context.Canceled) || errors.Is(v.Err, context.DeadlineExceeded) {
+			continue
 		}
-		for _, v := range last.VotesAgainst {
-			fmt.Fprintf(&b, "; node %d: %v", v.Node, v.Err)
-		}
-		b.WriteString(")")
+		fmt.Fprintf(&b, "; node %d: %v", v.Node, v.Err)
 	}
 	return b.String()
 }
 
-// Unwrap returns the sentinel and the context error this error matches.
-// Per-node errors are not unwrapped (so that a node's own timeout never
-// passes for the caller's); they are in Attempts.
+// attempts says how many attempts were made, and in how long.
+func (e *ExecutionError) attempts() string {
+	if e.tries == 1 {
+		return fmt.Sprintf("1 attempt in %v", e.took.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%d attempts in %v", e.tries, e.took.Round(time.Millisecond))
+}
+
+// Unwrap returns the sentinel, the context error and the refusal this error
+// matches. Other per-node errors are not unwrapped (so that a node's own
+// timeout never passes for the caller's); they are in Attempts.
 func (e *ExecutionError) Unwrap() []error {
-	errs := make([]error, 0, 2)
+	errs := make([]error, 0, 3)
 	if e.sentinel != nil {
 		errs = append(errs, e.sentinel)
 	}
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)
 	}
+	if e.refusal != nil {
+		errs = append(errs, e.refusal)
+	}
 	return errs
+}
+
+// tally describes a failed attempt: by its "held by another" votes (held)
+// when they alone keep it from a quorum, else by its votes for.
+func tally(op Op, st ExecutionStats, held int) string {
+	n, q := st.MembershipSize, st.QuorumSize
+	switch {
+	case held > n-q && op == OpAcquire:
+		return fmt.Sprintf("held by another lock on %d of %d nodes (quorum %d)", held, n, q)
+	case held > n-q:
+		return fmt.Sprintf("no longer held: the lock's value is gone from %d of %d nodes (quorum %d)", held, n, q)
+	case st.Late:
+		return fmt.Sprintf("a quorum voted for only after the lock's validity had passed (%d of %d nodes)", len(st.VotesFor), n)
+	}
+	return fmt.Sprintf("no quorum: %d of %d nodes voted for, %d needed", len(st.VotesFor), n, q)
+}
+
+// A refusal is a node's error reply that retrying cannot change: the
+// client's configuration, the server's, or the request itself is wrong.
+type refusal struct {
+	prefix   string // the reply's first word or words
+	what     string // what to do about it
+	badInput bool   // the caller's request: matches ErrInvalidArgument
+}
+
+// refusals are the error replies that end a call at once when they keep it
+// from a quorum. Replies that a failover, a restart or time can change
+// (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY, OOM, MISCONF,
+// max clients) are retried, as are network errors.
+var refusals = []refusal{
+	{prefix: "NOAUTH", what: "the node requires a password: set Password (and Username, for an ACL user) in the client's options"},
+	{prefix: "WRONGPASS", what: "the client's Username or Password is wrong for this node, or the user is disabled"},
+	{prefix: "NOPERM", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
+		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
+	{prefix: "ERR ACL failure in script", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
+		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
+	{prefix: "ERR The user executing the script can't run this command", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
+		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
+	{prefix: "WRONGTYPE", what: "a resource names a key that holds other data: give locks keys of their own (a prefix such as \"lock:\")"},
+	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
+		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
+	{prefix: "ERR unknown command", what: "the node does not run Lua scripts (EVALSHA or EVAL renamed or disabled), which redlock needs"},
+	{prefix: "DENIED", what: "the node refuses remote clients (protected mode): set a password or bind it to the clients' network"},
+}
+
+// refused returns the refusal that err is, or nil.
+func refused(err error) *refusal {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return nil
+	}
+	msg := re.Error()
+	for i := range refusals {
+		if strings.HasPrefix(msg, refusals[i].prefix) {
+			return &refusals[i]
+		}
+	}
+	return nil
+}
+
+// refusalError ends a call that count of n nodes refused, ne first.
+func refusalError(ne *NodeError, count, n int, against []*NodeError) *ExecutionError {
+	rf := refused(ne.Err)
+	e := &ExecutionError{refusal: ne, against: against,
+		reason: fmt.Sprintf("refused by %d of %d nodes, which retrying cannot fix: node %d answered %q: %s", count, n, ne.Node, ne.Err.Error(), rf.what)}
+	if rf.badInput {
+		e.sentinel = ErrInvalidArgument
+	}
+	return e
 }

@@ -184,6 +184,7 @@ type lane struct {
 	parked  int           // detached workers still inside the client
 	probing bool          // half-open: the probe is admitted and not yet answered
 	held    []*call       // releases refused while open, sent when the node answers
+	cause   error         // the client's last network error here, until the node answers: what a timeout may be due to
 	retry   *time.Timer   // sends a held release as the probe when the lane is idle
 }
 
@@ -200,10 +201,10 @@ type call struct {
 	node int
 	// A release sent on its own (the cleanup of a failed attempt, or the
 	// held copy of a Release's delete): its failures go to the error
-	// handler of cfg, and a delete it makes is marked in released (that
+	// handler of cfg, and a delete it makes is marked in deleted (that
 	// Release's record of its own deletes), when set.
 	cfg       *config
-	released  *atomic.Bool
+	deleted   *atomic.Bool
 	cleanup   *flight // a failed attempt's cleanups: done once answered or given up
 	heldAgain bool    // set by send while it holds the call again
 }
@@ -231,6 +232,14 @@ func (l *lane) submit(c *call) {
 	go l.work()
 }
 
+// lastCause returns the client's last network error on the lane since the
+// node last answered, or nil.
+func (l *lane) lastCause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
+
 // sick reports whether the lane's circuit is not closed: the node was
 // silent past its timeout lately.
 func (l *lane) sick() bool {
@@ -246,7 +255,7 @@ func (l *lane) admit(now time.Time) error {
 	case l.state == closed:
 		return nil
 	case l.probing, l.state == open && (l.parked >= maxParked || now.Before(l.retryAt)):
-		return &NodeTimeoutError{Timeout: l.silence, CircuitOpen: true, Shard: l.shard}
+		return &NodeTimeoutError{Timeout: l.silence, CircuitOpen: true, Shard: l.shard, Cause: l.cause}
 	}
 	l.state, l.probing = halfOpen, true // this call is the probe
 	return nil
@@ -329,6 +338,7 @@ func (l *lane) send(batch []*call) bool {
 	// a timeout is its silence; a network error (refused, reset, closed)
 	// is neither: it costs nothing, and opens nothing.
 	spoke, silent := false, false
+	var cause error // a network error: why the node may be silent
 	for _, c := range batch {
 		switch {
 		case c.err != nil && isTimeout(c.err):
@@ -336,10 +346,18 @@ func (l *lane) send(batch []*call) bool {
 			silent = true
 		case isReply(c.err):
 			spoke = true
+		case !errors.Is(c.err, redis.ErrClosed):
+			cause = c.err
 		}
 	}
 	var resend, failed []*call
 	l.mu.Lock()
+	switch {
+	case spoke:
+		l.cause = nil
+	case cause != nil:
+		l.cause = cause
+	}
 	switch {
 	case !onTime:
 		l.parked--
@@ -374,7 +392,7 @@ func (l *lane) send(batch []*call) bool {
 	l.arm()
 	l.mu.Unlock()
 	for _, c := range failed {
-		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard})
+		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause})
 	}
 	if len(resend) > 0 {
 		// The node has just answered: every held release goes out now,
@@ -422,14 +440,15 @@ func (l *lane) silent(batch []*call, timeout time.Duration) {
 	l.parked++
 	l.working = false
 	queued := l.trip(timeout)
+	cause := l.cause
 	l.mu.Unlock()
 	for _, c := range batch {
 		if c.at != nil {
-			c.at.vote(c.node, &NodeTimeoutError{Timeout: c.timeout, Shard: l.shard})
+			c.at.vote(c.node, &NodeTimeoutError{Timeout: c.timeout, Shard: l.shard, Cause: cause})
 		}
 	}
 	for _, c := range queued {
-		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard})
+		l.finish(c, &NodeTimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause})
 	}
 }
 
@@ -461,8 +480,8 @@ func (l *lane) hold(c *call) []*call {
 	case c.at.op == OpRelease:
 		fail = append(fail, c)
 		cp := &call{s: c.s, keys: c.keys, args: c.args, timeout: c.timeout, cfg: c.at.cfg}
-		if c.at.released != nil {
-			cp.released = &c.at.released[c.node]
+		if c.at.deleted != nil {
+			cp.deleted = &c.at.deleted[c.node]
 		}
 		l.held = append(l.held, cp)
 	default:
@@ -552,8 +571,8 @@ func (l *lane) finish(c *call, err error) {
 	}
 	var rle *ResourceLockedError
 	switch {
-	case err == nil && c.released != nil:
-		c.released.Store(true)
+	case err == nil && c.deleted != nil:
+		c.deleted.Store(true)
 	case err != nil && !errors.As(err, &rle): // "not there" is what a partial attempt leaves
 		report(c.cfg, &NodeError{Node: l.node.index, Op: OpRelease, Err: err})
 	}

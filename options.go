@@ -51,17 +51,17 @@ const (
 func (c *config) validate() error {
 	switch {
 	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also catches NaN
-		return invalid("drift factor %v is outside [0, 1)", c.driftFactor)
+		return invalid("drift factor %v is outside [0, 1) (WithDriftFactor)", c.driftFactor)
 	case c.retryCount < -1:
-		return invalid("retry count %d is below -1 (-1 means until ctx ends)", c.retryCount)
+		return invalid("retry count %d is below -1 (WithRetryCount: 0 tries once, -1 retries until ctx ends)", c.retryCount)
 	case c.retryDelay < 0 || c.retryDelay > maxDuration:
-		return invalid("retry delay %v is outside [0, %v]", c.retryDelay, maxDuration)
+		return invalid("retry delay %v is outside [0, %v] (WithRetryDelay)", c.retryDelay, maxDuration)
 	case c.retryJitter < 0 || c.retryJitter > maxDuration:
-		return invalid("retry jitter %v is outside [0, %v]", c.retryJitter, maxDuration)
+		return invalid("retry jitter %v is outside [0, %v] (WithRetryJitter)", c.retryJitter, maxDuration)
 	case c.extensionThreshold < 0 || c.extensionThreshold > maxDuration:
-		return invalid("automatic extension threshold %v is outside [0, %v]", c.extensionThreshold, maxDuration)
+		return invalid("automatic extension threshold %v is outside [0, %v] (WithAutomaticExtensionThreshold)", c.extensionThreshold, maxDuration)
 	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
-		return invalid("node timeout %v is outside [%v, %v]", c.nodeTimeout, minNodeTimeout, maxDuration)
+		return invalid("node timeout %v is outside [%v, %v] (WithNodeTimeout)", c.nodeTimeout, minNodeTimeout, maxDuration)
 	}
 	return nil
 }

@@ -2,14 +2,9 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	mrand "math/rand/v2"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +21,7 @@ import (
 // Acquire that waits) end with [Redlock.Close]. It does not own the clients:
 // closing them is the caller's job.
 type Redlock struct {
-	nodes   []*node
+	quorum          // the nodes, and the attempt that runs on them all
 	cfg     *config
 	wake    waker  // subscriptions to release announcements, see WithWakeOnRelease
 	workers flight // every node worker (see node.go)
@@ -48,7 +43,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	}
 	for i, c := range clients {
 		if isNil(c) {
-			return nil, invalid("clients[%d] is nil", i)
+			return nil, invalid("clients[%d] is nil: give a client made by redis.NewClient, NewFailoverClient or NewClusterClient", i)
 		}
 		// The same client twice would let one node vote twice.
 		for j := range i {
@@ -124,7 +119,7 @@ func (r *Redlock) Nodes() int {
 	if r == nil {
 		return 0
 	}
-	return len(r.nodes)
+	return r.size()
 }
 
 // Quorum returns how many nodes must vote for an operation: n/2+1.
@@ -132,34 +127,19 @@ func (r *Redlock) Quorum() int {
 	if r == nil {
 		return 0
 	}
-	return len(r.nodes)/2 + 1
-}
-
-// drift is the part of a ttl that is not trusted because the nodes' clocks
-// may run at different rates: round(f*ttl) + 2ms, as in node-redlock (and
-// the Redis distlock spec's "small constant" for the Redis expiry resolution).
-//
-// A drift that would reach the ttl is capped at the ttl (no validity left,
-// which validateTTL refuses); the cap also keeps the conversion back to a
-// Duration from overflowing for ttls near the largest Duration.
-func drift(f float64, ttl time.Duration) time.Duration {
-	ms := math.Round(f*float64(ttl/time.Millisecond)) + 2
-	if ms >= float64(ttl/time.Millisecond) {
-		return ttl
-	}
-	return time.Duration(ms) * time.Millisecond
+	return r.needed()
 }
 
 // validateTTL refuses a ttl that Redis cannot take or that leaves no validity.
 func validateTTL(ttl time.Duration, cfg *config) error {
 	switch {
 	case ttl <= 0:
-		return invalid("ttl %v is not positive", ttl)
+		return invalid("ttl %v is not positive: a lock needs a ttl such as 10*time.Second", ttl)
 	case ttl%time.Millisecond != 0:
-		return invalid("ttl %v is not a whole number of milliseconds", ttl)
+		return invalid("ttl %v is not a whole number of milliseconds, which is what Redis takes: round it with ttl.Round(time.Millisecond)", ttl)
 	}
 	if d := drift(cfg.driftFactor, ttl); ttl <= d {
-		return invalid("ttl %v leaves no validity after the clock drift allowance of %v", ttl, d)
+		return invalid("ttl %v leaves no validity after the clock drift allowance of %v (WithDriftFactor): use a longer ttl", ttl, d)
 	}
 	return nil
 }
@@ -180,214 +160,6 @@ func validateResources(resources []string) error {
 		}
 	}
 	return nil
-}
-
-// valueLen is the length of a lock's value.
-const valueLen = 32
-
-// randomValue returns valueLen random hex characters, unique to one lock.
-func randomValue() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
-
-// retryDelay returns delay + a uniform jitter in [-j, j), never below 0, as
-// node-redlock's max(0, delay + floor((rand*2-1)*j)).
-func retryDelay(cfg *config) time.Duration {
-	d := cfg.retryDelay
-	if j := cfg.retryJitter; j > 0 {
-		d += time.Duration((mrand.Float64()*2 - 1) * float64(j))
-	}
-	return max(d, 0)
-}
-
-// sleep waits for d, or for a wake (nil: none), or until ctx ends, and
-// reports whether ctx is still alive. With spread, a wake is followed by a
-// random pause of up to a millisecond.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}, spread bool) (alive, woken bool) {
-	if d <= 0 {
-		return ctx.Err() == nil, false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true, false
-	case <-wake:
-		// Waiters in other Redlocks (other processes) wake on the same
-		// announcement. One that just split the nodes with such a
-		// competitor pauses at random, so that one of them usually takes
-		// every node before the other tries.
-		if spread {
-			alive, _ = sleep(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil, false)
-			return alive, true
-		}
-		return ctx.Err() == nil, true
-	case <-ctx.Done():
-		return false, false
-	}
-}
-
-// plan is one operation to run with retries.
-type plan struct {
-	s     *script
-	keys  []string
-	args  []any
-	ttl   time.Duration // acquire, extend: the new ttl, whose validity is checked
-	until time.Time     // extend, release: the existing lock's expiration
-}
-
-// outcome is what execute settled on.
-type outcome struct {
-	attempts []ExecutionStats
-	win      *ExecutionStats // the successful attempt, or nil
-	value    string          // acquire: the successful attempt's value
-	err      *ExecutionError
-}
-
-// execute runs p until an attempt succeeds, the retries are used up, ctx
-// ends, or (extend, release) the lock is known to be lost.
-func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
-	var o outcome
-	var cleaning *attemptState // acquire: the last failed attempt, whose writes are being released
-	fail := func(reason string, sentinel error, ctxErr error) outcome {
-		o.err = &ExecutionError{Op: p.s.op, Resources: p.keys, Attempts: o.attempts, reason: reason, sentinel: sentinel, ctxErr: ctxErr}
-		// A failed Acquire returns once its cleanup has been answered (by
-		// the nodes that answered the acquire, within a node timeout), as
-		// node-redlock does: a process that exits right after leaves
-		// nothing behind. A call cut short by ctx does not wait.
-		if cleaning != nil && ctx.Err() == nil {
-			cleaning.awaitCleanup(ctx, cfg.nodeTimeout)
-		}
-		return o
-	}
-	if err := ctx.Err(); err != nil {
-		return fail("not attempted", nil, err)
-	}
-	n, q := len(r.nodes), r.Quorum()
-	unlimited := cfg.retryCount == -1
-	window := time.Now().Add(time.Duration(max(cfg.retryCount, 0)) * cfg.retryDelay) // free wakes end here
-	var released []atomic.Bool                                                       // release: the nodes that deleted the value, in any attempt
-	if p.s.op == OpRelease {
-		released = make([]atomic.Bool, n)
-	}
-	var sentinel error // ErrResourceLocked when the last whole attempt was lost to contention
-	// A waiting Acquire wakes when one of its resources is released. It
-	// registers after its first failed attempt, so that an uncontended
-	// Acquire pays nothing; a release between that attempt and the
-	// registration costs at most one retry delay.
-	var wake *waiter
-	defer func() { r.unregister(wake, o.win != nil) }()
-	var d time.Duration
-	if p.ttl > 0 {
-		d = drift(cfg.driftFactor, p.ttl)
-	}
-	// An Acquire that may wait joins the queue of this Redlock's waiters
-	// for the same resources, when there is one, before its first attempt:
-	// trying at once would jump the queue, and could split the nodes with
-	// the head's attempt at the next release.
-	if p.s.op == OpAcquire && cfg.wake && cfg.retryCount != 0 {
-		if wake = r.register(p.keys, true); wake != nil {
-			if alive, _ := sleep(ctx, retryDelay(cfg), wake.channel(), false); !alive {
-				return fail("not attempted", nil, ctx.Err())
-			}
-		}
-	}
-	for i := 0; ; i++ {
-		if p.s.op == OpExtend && !time.Now().Before(p.until) {
-			return fail("cannot extend an already-expired lock", ErrLockExpired, nil)
-		}
-		if p.s.op == OpAcquire {
-			// Every acquire attempt writes a value of its own, so that the
-			// release of a failed attempt's partial writes (sent without
-			// waiting, below) can never delete what a later attempt
-			// wrote, whatever order the commands reach a node in. A fresh
-			// slice: the previous attempt's goroutines may still read theirs.
-			o.value = randomValue()
-			p.args = []any{o.value, p.args[1]}
-		}
-		timeout := cfg.nodeTimeout
-		if p.ttl > 0 {
-			// An answer after the validity is over could not be used.
-			timeout = min(timeout, p.ttl-d)
-		}
-		st, as := r.attempt(ctx, cfg, p.s, p.keys, p.args, timeout, released)
-		locked := 0 // votes that say "held by another" / "no longer ours"
-		for _, v := range st.VotesAgainst {
-			if _, ok := v.Err.(*ResourceLockedError); ok {
-				locked++
-			}
-		}
-		if len(st.VotesFor) >= q {
-			// The Redlock spec's step 4: the lock is only held if some
-			// validity is left after the time the attempt took.
-			if p.ttl > 0 && time.Since(st.Start) >= p.ttl-d {
-				st.Late = true
-			}
-		}
-		if unlimited {
-			o.attempts = append(o.attempts[:0], st) // keep the last only
-		} else {
-			o.attempts = append(o.attempts, st)
-		}
-		last := &o.attempts[len(o.attempts)-1]
-		if len(st.VotesFor) >= q && !st.Late {
-			o.win = last
-			return o
-		}
-		// A failed acquire attempt releases what it may have written
-		// before anything else happens (the Redlock spec; node-redlock v5
-		// keeps partial holds across retries, and waiters on one resource
-		// can then split the nodes between them until they give up).
-		// Only a node that said "held by another" surely wrote nothing; a
-		// vote for, an error, or no answer yet may all mean a write. The
-		// release runs even when ctx has ended, and is not waited for: a
-		// failed or cancelled Acquire returns at once.
-		if p.s.op == OpAcquire && locked < n {
-			as.releaseAttempt()
-			cleaning = as
-		}
-
-		// A quorum of "not held" for extend or release cannot change by
-		// retrying: the value is gone from those nodes for good.
-		if p.s.op != OpAcquire && locked > n-q {
-			return fail("the lock is no longer held by a quorum", ErrLockExpired, nil)
-		}
-		// Contention is judged on the last attempt that ctx did not cut
-		// short: one cut mid-way holds ctx errors, not the nodes' answers.
-		if err := ctx.Err(); err != nil {
-			return fail("cut short", sentinel, err)
-		}
-		sentinel = nil
-		if p.s.op == OpAcquire && locked > n-q {
-			sentinel = ErrResourceLocked
-		}
-		// A release after the lock's validity has passed gets one attempt
-		// (to delete what may be left), not a retry window (node-redlock
-		// retries for 2s, or for ever with -1).
-		if p.s.op == OpRelease && !time.Now().Before(p.until) {
-			return fail("the lock expired before it could be released", ErrLockExpired, nil)
-		}
-		if !unlimited && i >= cfg.retryCount {
-			return fail("unable to achieve a quorum during its retry window", sentinel, nil)
-		}
-		if wake == nil && p.s.op == OpAcquire && cfg.wake {
-			wake = r.register(p.keys, false)
-		}
-		// Some votes for, yet no quorum: another waiter took the rest.
-		split := p.s.op == OpAcquire && len(st.VotesFor) > 0
-		alive, woken := sleep(ctx, retryDelay(cfg), wake.channel(), split)
-		if !alive {
-			return fail("cut short", sentinel, ctx.Err())
-		}
-		if woken && time.Now().Before(window) {
-			// A wake is a free retry within the window the options
-			// promise (retries × delay), whatever is announced; past it,
-			// wakes count, so that a storm of them cannot retry for ever.
-			i--
-		}
-	}
 }
 
 // Acquire locks resources for ttl on a quorum of nodes and returns the Lock.
@@ -425,9 +197,7 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 // acquire is Acquire after validation.
 func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
 	keys := append([]string(nil), resources...) // the caller may reuse theirs
-	// execute draws each attempt's value; args[1] is the ttl.
-	p := plan{s: acquireScript, keys: keys, args: []any{nil, int64(ttl / time.Millisecond)}, ttl: ttl}
-	o := r.execute(ctx, cfg, &p)
+	o := r.execute(ctx, cfg, acquirePlan(keys, ttl))
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -481,12 +251,12 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
-	p := plan{s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)}, ttl: ttl, until: lock.until()}
+	p := extendPlan(lock, ttl)
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.
 	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
-	o := r.execute(ctx, cfg, &p)
+	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
 		lock.extending.Store(false)
 		return nil, o.err
@@ -548,8 +318,7 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	p := plan{s: releaseScript, keys: lock.resources, args: []any{lock.value}, until: time.Unix(0, life.until.Load())}
-	o := r.execute(ctx, cfg, &p)
+	o := r.execute(ctx, cfg, releasePlan(lock, time.Unix(0, life.until.Load()), r.size()))
 	if o.err != nil {
 		if errors.Is(o.err, ErrLockExpired) {
 			life.released.Store(true)
@@ -570,7 +339,7 @@ func (r *Redlock) ready(ctx context.Context) error {
 		return invalid("nil or zero Redlock: make one with New")
 	}
 	if ctx == nil {
-		return invalid("nil context")
+		return invalid("nil context: pass context.Background() or a request's context")
 	}
 	return nil
 }

@@ -247,7 +247,7 @@ func TestMajorityFails(t *testing.T) {
 	for _, a := range ee.Attempts {
 		require.NotEmpty(t, a.VotesAgainst)
 		for _, v := range a.VotesAgainst {
-			assert.Equal(t, "the operation was applied to: 0 of the 1 requested resources", errors.Unwrap(v).Error())
+			assert.Equal(t, "held by another lock", errors.Unwrap(v).Error())
 		}
 	}
 	c.gone(t, 0, "{redlock}c") // the cleanup

@@ -3,7 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 	"time"
 )
 
@@ -57,7 +57,7 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	// it would need extending before fn could do anything. (Written so that
 	// no sum can overflow.)
 	if ttl-100*time.Millisecond < cfg.extensionThreshold {
-		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms", ttl, cfg.extensionThreshold)
+		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give Using a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
 	}
 	// An extension may wait a whole node timeout for its quorum.
 	if cfg.extensionThreshold < cfg.nodeTimeout {
@@ -90,7 +90,13 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		if p != nil {
 			panic(p)
 		}
-		err = join(err, ext.err, relErr)
+		if err != nil && ext.err != nil && errors.Is(err, ext.err) {
+			// fn returned context.Cause(ctx), as it should: say it once.
+			err = ext.err
+		} else {
+			err = join(err, ext.err)
+		}
+		err = join(err, relErr)
 	}()
 	return fn(fnCtx)
 }
@@ -128,7 +134,7 @@ func (e *extender) run(ctx context.Context) {
 			}
 			// Lost for good, or out of time: tell fn at once.
 			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
-				e.err = fmt.Errorf("%w: %w", ErrExtensionFailed, err)
+				e.err = &extensionError{err: err}
 				e.cancel(e.err)
 				return
 			}
@@ -162,6 +168,16 @@ func (e *extender) wait(d time.Duration) bool {
 		return true
 	}
 }
+
+// extensionError is the cause with which Using cancels fn's context when an
+// extension failed: it matches ErrExtensionFailed and the Extend error.
+type extensionError struct{ err error }
+
+func (e *extensionError) Error() string {
+	return "redlock: the lock was lost while fn ran: " + strings.TrimPrefix(e.err.Error(), "redlock: ")
+}
+
+func (e *extensionError) Unwrap() []error { return []error{ErrExtensionFailed, e.err} }
 
 // join returns the non-nil errors joined, or the only one unchanged.
 func join(errs ...error) error {

@@ -89,13 +89,19 @@ func groupID(keys []string) string {
 	return b.String()
 }
 
-// register queues a waiter for keys, woken when one of them is announced as
-// released by someone else while it heads its group's queue; its channel
+// joinWaiters queues a waiter for keys, woken when one of them is announced
+// as released by someone else while it heads its group's queue; its channel
 // holds one wake, so that a storm of announcements yields at most one
-// pending wake. With queuedOnly it queues only behind other waiters for the
-// same resources, and returns nil when there are none. It returns nil when
-// the Redlock is closed. The caller must call unregister with a non-nil
-// waiter.
+// pending wake. It returns nil when the Redlock is closed. The caller must
+// call unregister with a non-nil waiter.
+func (r *Redlock) joinWaiters(keys []string) *waiter { return r.register(keys, false) }
+
+// queueBehindWaiters is joinWaiters only when other waiters of this Redlock
+// wait for the same resources; otherwise (an uncontended Acquire) it does
+// nothing and returns nil.
+func (r *Redlock) queueBehindWaiters(keys []string) *waiter { return r.register(keys, true) }
+
+// register is joinWaiters, or with queuedOnly queueBehindWaiters.
 func (r *Redlock) register(keys []string, queuedOnly bool) *waiter {
 	w := &r.wake
 	w.mu.Lock()

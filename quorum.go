@@ -38,6 +38,18 @@ type ExecutionResult struct {
 	Start time.Time
 }
 
+// quorum is the set of nodes that vote on every operation: an attempt sends
+// one call to each, and succeeds when a majority (n/2+1) vote for.
+type quorum struct {
+	nodes []*node
+}
+
+// size is the number of nodes.
+func (q *quorum) size() int { return len(q.nodes) }
+
+// needed is how many votes for make a quorum: n/2+1.
+func (q *quorum) needed() int { return len(q.nodes)/2 + 1 }
+
 // vote is one node's answer in one attempt.
 type vote struct {
 	node int
@@ -59,6 +71,7 @@ type nodeCall struct {
 	voted     atomic.Bool  // its vote was counted: its answer, or the collector giving up on it
 	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
 	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
+	awaited   atomic.Bool  // acquire: counted in the cleanup's pending until it answers
 }
 
 // Attempt outcomes, once the collector has decided.
@@ -71,50 +84,47 @@ const (
 // attemptState is shared between an attempt's collector and the lanes that
 // send its calls, which may answer after the attempt was decided.
 type attemptState struct {
-	r        *Redlock
+	q        *quorum
 	cfg      *config
 	op       Op
 	ctx      context.Context // the caller's
 	keys     []string
-	value    any           // acquire: the attempt's value, for its release
 	timeout  time.Duration // the collector's wait
 	deadline time.Time     // start + timeout: an acquire or extend not sent by then is not sent
 	votes    chan vote     // room for every node: a send never blocks
 	nodes    []nodeCall
 	outcome  atomic.Int32
-	failed   atomic.Bool // acquire: the attempt failed; release what it wrote
-	cleanups flight      // acquire: those releases, until answered
-	// released marks, for a release, the nodes that deleted the value in
-	// any attempt of the call (an answer that came late included): those
-	// count for in the later attempts, where the value is gone by our own
-	// doing.
-	released []atomic.Bool
+	// cleanup is set for an operation whose failed attempts release what
+	// they wrote (acquire).
+	cleanup *cleanup
+	// deleted marks, for a release, the nodes that deleted the value in
+	// any attempt of the call (see plan.deleted).
+	deleted []atomic.Bool
 }
 
-// attempt runs s on every node at once and collects votes until the outcome
+// attempt runs p on every node at once and collects votes until the outcome
 // is certain. It returns when a quorum has voted either way, not when every
 // node has: a slow or hung minority never holds it up, and no node holds it
 // up for longer than timeout. When ctx ends, the nodes that have not voted
 // vote against with ctx's error, and it returns at once.
-func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []string, args []any, timeout time.Duration, released []atomic.Bool) (ExecutionStats, *attemptState) {
-	n := len(r.nodes)
-	q := n/2 + 1
-	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q, VotesFor: make([]int, 0, n)}
-	as := &attemptState{r: r, cfg: cfg, op: s.op, ctx: ctx, keys: keys, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan vote, n), nodes: make([]nodeCall, n), released: released}
-	if s.op == OpAcquire {
-		as.value = args[0]
+func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time.Duration) (ExecutionStats, *attemptState) {
+	n := q.size()
+	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q.needed(), VotesFor: make([]int, 0, n)}
+	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.keys, timeout: timeout, deadline: st.Start.Add(timeout),
+		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: p.deleted}
+	if p.cleanup {
+		as.cleanup = &cleanup{value: p.args[0]}
 	}
-	for i, nd := range r.nodes {
+	for i, nd := range q.nodes {
 		nc := &as.nodes[i]
-		if released != nil && released[i].Load() {
+		if p.deleted != nil && p.deleted[i].Load() {
 			nc.state.Store(callDone)
 			as.vote(i, nil)
 			continue
 		}
-		ns, nargs := nd.script(s, keys, args)
-		nc.call = call{s: ns, keys: keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i}
-		nd.laneFor(keys[0]).submit(&nc.call)
+		ns, nargs := nd.script(p.s, p.keys, p.args)
+		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i}
+		nd.laneFor(p.keys[0]).submit(&nc.call)
 	}
 
 	// Every node votes once: by its answer, or here at the deadline or
@@ -136,7 +146,9 @@ func (r *Redlock) attempt(ctx context.Context, cfg *config, s *script, keys []st
 			st.add(v)
 		case <-timer.C:
 			for i := range n {
-				as.vote(i, &NodeTimeoutError{Timeout: timeout})
+				if !as.nodes[i].voted.Load() {
+					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.keys[0]).lastCause()})
+				}
 			}
 		case <-done:
 			done = nil
@@ -173,7 +185,7 @@ func (as *attemptState) sending(i int) bool {
 	if as.op != OpRelease {
 		var why error
 		switch out := as.outcome.Load(); {
-		case as.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
+		case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
 			nc.voted.Store(true) // nobody waits for this vote any more
 			nc.state.Store(callSkipped)
 			return false
@@ -194,7 +206,7 @@ func (as *attemptState) sending(i int) bool {
 
 // answer takes node i's answer (or, for a call never sent, the reason), and
 // votes with it unless the node's vote was counted already. The state is
-// recorded before the failed flag is read, and releaseAttempt sets the flag
+// recorded before the failed flag is read, and releaseWrites sets the flag
 // before it reads the states, so a failed attempt's write is released
 // whichever of the two comes first.
 func (as *attemptState) answer(i int, err error) {
@@ -206,31 +218,58 @@ func (as *attemptState) answer(i int, err error) {
 	}
 	switch err.(type) {
 	case nil:
-		if as.released != nil {
-			as.released[i].Store(true)
+		if as.deleted != nil {
+			as.deleted[i].Store(true)
 		}
 	case *ResourceLockedError:
-		if as.op == OpAcquire {
+		if as.cleanup != nil {
 			nc.clean.Store(true) // held by another: this attempt wrote nothing there
 		}
 	}
 	nc.state.Store(callDone)
 	as.vote(i, err)
-	if as.failed.Load() {
+	if as.cleanup != nil && as.cleanup.failed.Load() {
 		as.clean(i)
+		if nc.awaited.Swap(false) {
+			as.cleanup.pending.done() // its release, if any, is pending now
+		}
 	}
 }
 
-// releaseAttempt releases a failed acquire attempt's value on every node
+// cleanup is the release of a failed acquire attempt's writes.
+type cleanup struct {
+	value   any         // the attempt's value
+	failed  atomic.Bool // the attempt failed: release what it wrote
+	pending flight      // the releases sent, until answered
+}
+
+// releaseWrites releases a failed acquire attempt's value on every node
 // that may have written it, without waiting: at once on the nodes that have
 // answered, and on each other node as soon as it answers (see answer). A
 // node whose call was never sent, or that said "held by another", wrote
-// nothing and is left alone.
-func (as *attemptState) releaseAttempt() {
-	as.failed.Store(true)
+// nothing and is left alone. It returns the cleanup, to await.
+//
+// A node whose acquire is still on its way counts as pending too, until it
+// answers and its release (if it wrote) is sent: a caller that awaits the
+// cleanup, then exits, leaves nothing behind on a node that was merely
+// slower than the quorum.
+func (as *attemptState) releaseWrites() *cleanup {
+	cl := as.cleanup
+	cl.failed.Store(true)
 	for i := range as.nodes {
+		nc := &as.nodes[i]
 		as.clean(i)
+		if nc.state.Load() != callSent {
+			continue
+		}
+		cl.pending.add()
+		nc.awaited.Store(true)
+		// It may have answered meanwhile, without seeing awaited.
+		if nc.state.Load() != callSent && nc.awaited.Swap(false) {
+			cl.pending.done()
+		}
 	}
+	return cl
 }
 
 // clean releases the failed attempt's value on node i once the node's
@@ -240,19 +279,19 @@ func (as *attemptState) clean(i int) {
 	if nc.state.Load() != callDone || nc.clean.Load() || nc.releasing.Swap(true) {
 		return
 	}
-	as.cleanups.add()
-	nd := as.r.nodes[i]
-	nd.laneFor(as.keys[0]).submit(&call{s: cleanupScript, keys: as.keys, args: []any{as.value}, timeout: as.cfg.nodeTimeout,
-		cfg: as.cfg, cleanup: &as.cleanups})
+	cl := as.cleanup
+	cl.pending.add()
+	as.q.nodes[i].laneFor(as.keys[0]).submit(&call{s: cleanupScript, keys: as.keys, args: []any{cl.value}, timeout: as.cfg.nodeTimeout,
+		cfg: as.cfg, cleanup: &cl.pending})
 }
 
-// awaitCleanup waits until the releases of the attempt's writes sent so far
-// have been answered, for at most d, and not past ctx.
-func (as *attemptState) awaitCleanup(ctx context.Context, d time.Duration) {
+// await waits until the releases sent so far have been answered, for at
+// most d, and not past ctx.
+func (cl *cleanup) await(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-as.cleanups.wait():
+	case <-cl.pending.wait():
 	case <-t.C:
 	case <-ctx.Done():
 	}
