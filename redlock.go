@@ -21,7 +21,7 @@ import (
 // Acquire that waits) end with [Redlock.Close]. It does not own the clients:
 // closing them is the caller's job.
 type Redlock struct {
-	quorum          // the nodes, and the attempt that runs on them all
+	quorum  // the nodes, and the attempt that runs on them all
 	cfg     *config
 	wake    waker  // subscriptions to release announcements, see WithWakeOnRelease
 	workers flight // every node worker (see node.go)

@@ -57,9 +57,9 @@ type plan struct {
 type pastUntil uint8
 
 const (
-	ignoreUntil       pastUntil = iota // acquire: no existing lock
-	refusePastUntil                    // extend: an expired lock cannot be extended
-	oneAttemptPastUntil                // release: one attempt deletes what may be left
+	ignoreUntil         pastUntil = iota // acquire: no existing lock
+	refusePastUntil                      // extend: an expired lock cannot be extended
+	oneAttemptPastUntil                  // release: one attempt deletes what may be left
 )
 
 // acquirePlan locks keys for ttl.
@@ -115,7 +115,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	n, q := r.size(), r.needed()
 	unlimited := cfg.retryCount == -1
 	window := time.Now().Add(time.Duration(max(cfg.retryCount, 0)) * cfg.retryDelay) // free wakes end here
-	var last *ExecutionError                                                          // why the last attempt that ctx did not cut short failed
+	var last *ExecutionError                                                         // why the last attempt that ctx did not cut short failed
 	// A waiting Acquire wakes when one of its resources is released. It
 	// joins the waiters after its first failed attempt, so that an
 	// uncontended Acquire pays nothing; a release between that attempt and
