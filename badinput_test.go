@@ -22,16 +22,16 @@ import (
 // not panic, and must send nothing to Redis (checked by a command counter on
 // every client and by DBSIZE on every node).
 func TestBadInputCampaign(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var sent atomic.Int32
-	for _, cl := range c.clients {
+	for _, cl := range c.Clients {
 		cl.AddHook(countingHook(&sent))
 	}
 	ctx := context.Background()
 	var nilCtx context.Context // a nil ctx, as a careless caller passes it
 
 	// A real lock from another Redlock, and spare values.
-	other := newCluster(t, 1)
+	other := newNodes(t, 1)
 	foreign, err := other.rl.Acquire(ctx, []string{"foreign"}, time.Hour)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = foreign.Release(ctx) })
@@ -75,14 +75,14 @@ func TestBadInputCampaign(t *testing.T) {
 	// New.
 	add("New(nil)", func() error { _, err := redlock.New(nil); return err })
 	add("New(empty)", func() error { _, err := redlock.New([]redis.UniversalClient{}); return err })
-	add("New(nil client)", func() error { _, err := redlock.New([]redis.UniversalClient{c.clients[0], nil}); return err })
+	add("New(nil client)", func() error { _, err := redlock.New([]redis.UniversalClient{c.Clients[0], nil}); return err })
 	add("New(typed nil client)", func() error { _, err := redlock.New([]redis.UniversalClient{typedNil}); return err })
 	add("New(same client twice)", func() error {
-		_, err := redlock.New([]redis.UniversalClient{c.clients[0], c.clients[1], c.clients[0]})
+		_, err := redlock.New([]redis.UniversalClient{c.Clients[0], c.Clients[1], c.Clients[0]})
 		return err
 	})
 	for name, o := range options {
-		add("New(option "+name+")", func() error { _, err := redlock.New([]redis.UniversalClient{c.clients[0]}, o); return err })
+		add("New(option "+name+")", func() error { _, err := redlock.New([]redis.UniversalClient{c.Clients[0]}, o); return err })
 	}
 
 	// Acquire and Using: every ttl, every resource set, every option.
@@ -111,7 +111,7 @@ func TestBadInputCampaign(t *testing.T) {
 		return c.rl.Using(ctx, []string{"a"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(time.Millisecond))
 	})
 	add("New(Ring)", func() error {
-		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.nodes[0].Addr(), "b": c.nodes[1].Addr()}})
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.Nodes[0].Addr(), "b": c.Nodes[1].Addr()}})
 		defer ring.Close()
 		_, err := redlock.New([]redis.UniversalClient{ring})
 		return err
@@ -139,7 +139,7 @@ func TestBadInputCampaign(t *testing.T) {
 	add("Release(nil ctx)", func() error { _, err := foreign.Release(nilCtx); return err })
 
 	otherSent := atomic.Int32{}
-	for _, cl := range other.clients {
+	for _, cl := range other.Clients {
 		cl.AddHook(countingHook(&otherSent))
 	}
 	for _, cl := range calls {

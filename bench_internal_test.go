@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // BenchmarkVoteCounting measures the engine alone: one Acquire over 5 fake
@@ -12,9 +14,9 @@ import (
 //
 //	go test -run '^$' -bench VoteCounting -benchmem
 func BenchmarkVoteCounting(b *testing.B) {
-	nodes := make([]*fakeScripter, 5)
+	nodes := make([]*redistest.Fake, 5)
 	for i := range nodes {
-		nodes[i] = &fakeScripter{result: int64(1)}
+		nodes[i] = &redistest.Fake{Result: int64(1)}
 	}
 	rl := newFake(b, nodes)
 	ctx := context.Background()

@@ -81,5 +81,5 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 
 func benchRedlock(b *testing.B, n int) *redlock.Redlock {
 	b.Helper()
-	return newCluster(b, n).rl
+	return newNodes(b, n).rl
 }

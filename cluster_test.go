@@ -18,19 +18,8 @@ import (
 // own over the Cluster nodes; both are closed at the test's end.
 func clusterRedlock(t *testing.T, nodes []*redistest.Node, co *redis.ClusterOptions, opts ...redlock.Option) (*redlock.Redlock, *redis.ClusterClient) {
 	t.Helper()
-	o := redis.ClusterOptions{}
-	if co != nil {
-		o = *co
-	}
-	for _, nd := range nodes {
-		o.Addrs = append(o.Addrs, nd.Addr())
-	}
-	cc := redis.NewClusterClient(&o)
-	t.Cleanup(func() { _ = cc.Close() })
-	rl, err := redlock.New([]redis.UniversalClient{cc}, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
-	return rl, cc
+	f := newFixture(t, redistest.Setup{Cluster: true, On: nodes, ClusterClient: co}, opts...)
+	return f.rl, f.Cluster
 }
 
 // A Redis Cluster behind one redis.ClusterClient is one node of the quorum.

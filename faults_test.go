@@ -16,40 +16,6 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// proxied is a Redlock over n real nodes, each behind a fault proxy.
-type proxied struct {
-	*cluster
-	proxies []*redistest.Proxy
-}
-
-// newProxied starts n nodes behind proxies; the Redlock's clients have no
-// timeouts of their own, so that only redlock's node timeout bounds a call.
-func newProxied(t *testing.T, n int, opts ...redlock.Option) *proxied {
-	t.Helper()
-	nodes := redistest.Start(t, n)
-	p := &proxied{cluster: &cluster{nodes: nodes}}
-	var ucs []redis.UniversalClient
-	for _, nd := range nodes {
-		px := redistest.NewProxy(t, nd.Addr())
-		p.proxies = append(p.proxies, px)
-		cl := redis.NewClient(&redis.Options{Addr: px.Addr(), ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1})
-		t.Cleanup(func() { _ = cl.Close() })
-		p.clients = append(p.clients, cl)
-		p.peek = append(p.peek, nd.Client())
-		ucs = append(ucs, cl)
-	}
-	rl, err := redlock.New(ucs, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() }) // before the clients close
-	p.rl = rl
-	// Warm every connection pool while all is healthy.
-	l, err := rl.Acquire(context.Background(), []string{"{redlock}warm"}, time.Minute)
-	require.NoError(t, err)
-	_, err = l.Release(context.Background())
-	require.NoError(t, err)
-	return p
-}
-
 // The faults that leave a node unable to answer.
 var silentFaults = []redistest.Fault{redistest.Hang, redistest.Partition}
 
@@ -62,8 +28,8 @@ func TestLivenessMinorityFaulty(t *testing.T) {
 	for _, f := range silentFaults {
 		t.Run(f.String(), func(t *testing.T) {
 			p := newProxied(t, 5, redlock.WithNodeTimeout(timeout))
-			p.proxies[1].Set(f)
-			p.proxies[3].Set(f)
+			p.Proxies[1].Set(f)
+			p.Proxies[3].Set(f)
 			ctx := context.Background()
 			begin := time.Now()
 			lock, err := p.rl.Acquire(ctx, []string{"{redlock}lv"}, time.Minute)
@@ -95,7 +61,7 @@ func TestLivenessMajorityFaulty(t *testing.T) {
 			held, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, time.Minute)
 			require.NoError(t, err)
 			for _, i := range []int{0, 2, 4} {
-				p.proxies[i].Set(f)
+				p.Proxies[i].Set(f)
 			}
 			wantSilent := []int{0, 2, 4}
 
@@ -137,8 +103,8 @@ func TestContextCancelEndsStuckCall(t *testing.T) {
 	ctx := context.Background()
 	held, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, time.Minute)
 	require.NoError(t, err)
-	p.proxies[1].Set(redistest.Hang)
-	p.proxies[2].Set(redistest.Partition)
+	p.Proxies[1].Set(redistest.Hang)
+	p.Proxies[2].Set(redistest.Partition)
 
 	calls := []struct {
 		name string
@@ -166,8 +132,8 @@ func TestContextCancelEndsStuckCall(t *testing.T) {
 		assert.ErrorIs(t, err, context.Canceled, name)
 		assert.Less(t, time.Since(begin), 5*time.Second, "%s after cancel (node timeout 1 minute)", name)
 	}
-	p.proxies[1].Heal()
-	p.proxies[2].Heal()
+	p.Proxies[1].Heal()
+	p.Proxies[2].Heal()
 }
 
 // The failure Redlock does not survive: a majority of nodes restarted with
@@ -180,12 +146,12 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 		// No go-redis retries: a command on a connection to the old
 		// process fails at once instead of backing off past the node
 		// timeout (which would get the node skipped for a while).
-		c := newClusterOn(t, redistest.Start(t, 3), &redis.Options{MaxRetries: -1}, redlock.WithRetryCount(0))
+		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0))
 		ctx := context.Background()
 		first, err := c.rl.Acquire(ctx, []string{"{redlock}r"}, time.Minute)
 		require.NoError(t, err)
-		c.nodes[1].Restart()
-		c.nodes[2].Restart()
+		c.Nodes[1].Restart()
+		c.Nodes[2].Restart()
 		var second *redlock.Lock
 		ok := assert.Eventually(t, func() bool {
 			second, err = c.rl.Acquire(ctx, []string{"{redlock}r"}, time.Minute)
@@ -198,19 +164,19 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 
 	t.Run("delayed restart keeps it", func(t *testing.T) {
 		const ttl = 400 * time.Millisecond
-		c := newClusterOn(t, redistest.Start(t, 3), &redis.Options{MaxRetries: -1}, redlock.WithRetryCount(0))
+		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0))
 		ctx := context.Background()
 		first, err := c.rl.Acquire(ctx, []string{"{redlock}r"}, ttl)
 		require.NoError(t, err)
-		c.nodes[1].Kill()
-		c.nodes[2].Kill()
+		c.Nodes[1].Kill()
+		c.Nodes[2].Kill()
 		// While they are down, nobody gets a quorum.
 		_, err = c.rl.Acquire(ctx, []string{"{redlock}r"}, ttl)
 		require.Error(t, err, "Acquire with a majority down")
 		time.Sleep(ttl + 50*time.Millisecond) // the delayed-restart rule
 		require.False(t, first.Valid())
-		c.nodes[1].Restart()
-		c.nodes[2].Restart()
+		c.Nodes[1].Restart()
+		c.Nodes[2].Restart()
 		var second *redlock.Lock
 		ok := assert.Eventually(t, func() bool {
 			second, err = c.rl.Acquire(ctx, []string{"{redlock}r"}, ttl)
@@ -225,15 +191,15 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 // votes against name the failing nodes.
 func TestRefusedAndCutMinority(t *testing.T) {
 	p := newProxied(t, 5)
-	p.proxies[0].Set(redistest.Refuse)
+	p.Proxies[0].Set(redistest.Refuse)
 	ctx := context.Background()
 	for i := range 20 {
-		p.proxies[4].Cut()
+		p.Proxies[4].Cut()
 		lock, err := p.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}rc%d", i)}, time.Minute)
 		require.NoError(t, err, "Acquire %d with node 0 refusing and node 4 cut", i)
 		assert.NotContains(t, lock.Attempts()[len(lock.Attempts())-1].VotesFor, 0)
 		_, err = lock.Release(ctx)
 		require.NoError(t, err)
 	}
-	p.proxies[0].Heal()
+	p.Proxies[0].Heal()
 }

@@ -24,7 +24,7 @@ import (
 // even after `lock, err = lock.Extend(...)`. (The deferred call held the
 // first handle, which Extend had spent: the extension stayed held.)
 func TestDeferredReleaseReleasesTheExtension(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	func() {
 		lock, err := c.rl.Acquire(ctx, []string{"{redlock}job"}, time.Minute)
@@ -47,7 +47,7 @@ func TestDeferredReleaseReleasesTheExtension(t *testing.T) {
 // Item 2: Extend and Release of one handle at once never return a Lock that
 // reports Valid while a quorum does not hold it. (12-15 of 200 races did.)
 func TestExtendAndReleaseOfOneHandle(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	bad := 0
 	for i := range 200 {
@@ -93,14 +93,14 @@ func TestReleaseAfterTheRequestDeadline(t *testing.T) {
 
 	lock, err = p.rl.Acquire(context.Background(), []string{"{redlock}req2"}, time.Minute)
 	require.NoError(t, err)
-	p.proxies[1].Set(redistest.Partition)
-	p.proxies[2].Set(redistest.Partition)
+	p.Proxies[1].Set(redistest.Partition)
+	p.Proxies[2].Set(redistest.Partition)
 	begin := time.Now()
 	_, err = lock.Release(ctx)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "one attempt that could not finish reports ctx's error")
 	assert.Less(t, time.Since(begin), time.Second, "one attempt, bounded by the node timeout")
-	p.proxies[1].Heal()
-	p.proxies[2].Heal()
+	p.Proxies[1].Heal()
+	p.Proxies[2].Heal()
 }
 
 // Item 4: a failed Acquire returns once its cleanup has been answered by
@@ -110,8 +110,8 @@ func TestReleaseAfterTheRequestDeadline(t *testing.T) {
 // waiting: a process that exited then left the key for its ttl.)
 func TestFailedAcquireReturnsAfterItsCleanup(t *testing.T) {
 	p := newProxied(t, 3)
-	p.proxies[0].SetLatency(2*time.Millisecond, 2*time.Millisecond)
-	p.proxies[2].SetLatency(5*time.Millisecond, 5*time.Millisecond)
+	p.Proxies[0].SetLatency(2*time.Millisecond, 2*time.Millisecond)
+	p.Proxies[2].SetLatency(5*time.Millisecond, 5*time.Millisecond)
 	ctx := context.Background()
 	left := 0
 	for i := range 20 {
@@ -224,7 +224,7 @@ func TestCronGuardOnSixReplicas(t *testing.T) {
 // cleanup of a failed attempt woke the others, and each wake used up a
 // retry.)
 func TestOverlappingWaitersKeepTheirBudget(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	sets := [][]string{{"{ov}a", "{ov}b"}, {"{ov}b", "{ov}c"}, {"{ov}c", "{ov}a"}}
 	for round := range 3 {
 		var failed atomic.Int32
@@ -270,18 +270,18 @@ func TestFailedShorterExtendCutsTheHandle(t *testing.T) {
 	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
 	lock, err := p.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
 	require.NoError(t, err)
-	for _, px := range p.proxies {
+	for _, px := range p.Proxies {
 		px.SetLatency(50*time.Millisecond, 0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_, err = lock.Extend(ctx, 200*time.Millisecond)
 	require.Error(t, err)
-	for _, px := range p.proxies {
+	for _, px := range p.Proxies {
 		px.SetLatency(0, 0)
 	}
 	time.Sleep(400 * time.Millisecond) // the shorter ttl has run out on the nodes
-	other := newClusterOn(t, p.nodes, nil, redlock.WithRetryCount(0))
+	other := newFixture(t, redistest.Setup{On: p.Nodes}, redlock.WithRetryCount(0))
 	second, err := other.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
 	require.NoError(t, err, "the keys expired with the shorter ttl")
 	assert.False(t, lock.Valid() && second.Valid(), "two valid holders")
@@ -291,7 +291,7 @@ func TestFailedShorterExtendCutsTheHandle(t *testing.T) {
 // keep it retrying past its window: WithRetryCount(2) × 100ms gives up in
 // well under a second. (Found by a probe: it retried until ctx ended.)
 func TestWakeStormEndsWithTheWindow(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	hold, err := c.rl.Acquire(ctx, []string{"{st}b"}, 30*time.Second)
 	require.NoError(t, err)

@@ -14,74 +14,62 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// cluster is a Redlock over real redis-server nodes, with a plain client per
-// node to look at what the nodes hold.
-type cluster struct {
-	rl      *redlock.Redlock
-	nodes   []*redistest.Node
-	clients []*redis.Client // the clients the Redlock uses
-	peek    []*redis.Client // separate clients for the test's own reads
+// fixture is a Redlock over the nodes of a redistest.Fixture. Every test
+// that needs real nodes builds one with newFixture (or its shortcuts).
+type fixture struct {
+	*redistest.Fixture
+	rl *redlock.Redlock
 }
 
 // fast makes failing calls quick: the tests count attempts, not wait.
 var fast = []redlock.Option{redlock.WithRetryDelay(10 * time.Millisecond), redlock.WithRetryJitter(5 * time.Millisecond)}
 
-// newCluster starts n nodes and a Redlock over them.
-func newCluster(t testing.TB, n int, opts ...redlock.Option) *cluster {
+// newFixture sets up the nodes s describes and a Redlock over them, closed
+// before its clients when the test ends.
+func newFixture(t testing.TB, s redistest.Setup, opts ...redlock.Option) *fixture {
 	t.Helper()
-	return newClusterOn(t, redistest.Start(t, n), nil, opts...)
-}
-
-// newClusterOn builds a Redlock over nodes, with clientOpts for its clients.
-func newClusterOn(t testing.TB, nodes []*redistest.Node, clientOpts *redis.Options, opts ...redlock.Option) *cluster {
-	t.Helper()
-	c := &cluster{nodes: nodes}
-	var ucs []redis.UniversalClient
-	for _, nd := range nodes {
-		cl := nd.Client(clientOpts)
-		c.clients = append(c.clients, cl)
-		c.peek = append(c.peek, nd.Client())
-		ucs = append(ucs, cl)
-	}
-	rl, err := redlock.New(ucs, opts...)
-	require.NoError(t, err, "New(%d clients)", len(ucs))
+	f := &fixture{Fixture: redistest.New(t, s)}
+	rl, err := redlock.New(f.Clients, opts...)
+	require.NoError(t, err, "New(%d clients)", len(f.Clients))
 	t.Cleanup(func() { _ = rl.Close() }) // before the clients close
-	c.rl = rl
-	return c
+	f.rl = rl
+	return f
 }
 
-// get returns the value of key on node i ("" when missing).
-func (c *cluster) get(t *testing.T, i int, key string) string {
+// newNodes is a Redlock over n new independent nodes.
+func newNodes(t testing.TB, n int, opts ...redlock.Option) *fixture {
 	t.Helper()
-	v, err := c.peek[i].Get(context.Background(), key).Result()
-	if err == redis.Nil {
-		return ""
-	}
-	require.NoError(t, err, "GET %s on node %d", key, i)
-	return v
+	return newFixture(t, redistest.Setup{Nodes: n}, opts...)
 }
 
-// pttl returns the remaining ttl of key on node i.
-func (c *cluster) pttl(t *testing.T, i int, key string) time.Duration {
+// newProxied is a Redlock over n nodes, each behind a fault proxy, whose
+// clients have no timeouts of their own (only redlock's node timeout bounds
+// a call), with every pool warmed while all is healthy.
+func newProxied(t testing.TB, n int, opts ...redlock.Option) *fixture {
 	t.Helper()
-	d, err := c.peek[i].PTTL(context.Background(), key).Result()
-	require.NoError(t, err, "PTTL %s on node %d", key, i)
-	return d
+	f := newFixture(t, redistest.Setup{Nodes: n, Proxied: true, Client: redistest.NoClientTimeouts}, opts...)
+	warm(t, f.rl)
+	return f
 }
 
-// set writes key=value on node i with ttl (0: none).
-func (c *cluster) set(t *testing.T, i int, key, value string, ttl time.Duration) {
+// warm takes and releases a lock, so that every pool has a connection.
+func warm(t testing.TB, rl *redlock.Redlock) {
 	t.Helper()
-	require.NoError(t, c.peek[i].Set(context.Background(), key, value, ttl).Err(), "SET %s on node %d", key, i)
+	l, err := rl.Acquire(context.Background(), []string{"{redlock}warm"}, time.Minute)
+	require.NoError(t, err)
+	_, err = l.Release(context.Background())
+	require.NoError(t, err)
 }
 
-// dbsize returns the number of keys on node i.
-func (c *cluster) dbsize(t *testing.T, i int) int64 {
-	t.Helper()
-	n, err := c.peek[i].DBSize(context.Background()).Result()
-	require.NoError(t, err, "DBSIZE on node %d", i)
-	return n
+func (f *fixture) get(t testing.TB, i int, key string) string { return f.Get(t, i, key) }
+
+func (f *fixture) pttl(t testing.TB, i int, key string) time.Duration { return f.PTTL(t, i, key) }
+
+func (f *fixture) set(t testing.TB, i int, key, value string, ttl time.Duration) {
+	f.Set(t, i, key, value, ttl)
 }
+
+func (f *fixture) dbsize(t testing.TB, i int) int64 { return f.DBSize(t, i) }
 
 // within returns a context that ends after d, to bound a call that must not
 // hang; the test checks ctx.Err() to tell the bound from the call's own end.
@@ -94,10 +82,10 @@ func within(t *testing.T, d time.Duration) context.Context {
 
 // gone waits until key is missing on node i. A call returns once a quorum
 // has answered, so the other nodes get their delete a moment later.
-func (c *cluster) gone(t *testing.T, i int, key string) {
+func (f *fixture) gone(t *testing.T, i int, key string) {
 	t.Helper()
 	assert.Eventually(t, func() bool {
-		n, err := c.peek[i].Exists(context.Background(), key).Result()
+		n, err := f.Peek[i].Exists(context.Background(), key).Result()
 		return err == nil && n == 0
 	}, 2*time.Second, time.Millisecond, "%s still on node %d", key, i)
 }

@@ -75,42 +75,19 @@ func parkedOnPipeline(ctx context.Context, cmds []redis.Cmder, next redis.Proces
 // hungMinority starts 3 nodes, pauses node 2 (SIGSTOP: the kernel accepts,
 // the process never answers), and returns a Redlock over clients with no
 // timeouts of their own; node 2's client is marked by parkedHook.
-func hungMinority(t *testing.T, opts ...redlock.Option) *cluster {
+func hungMinority(t *testing.T, opts ...redlock.Option) *fixture {
 	t.Helper()
-	nodes := redistest.Start(t, 3)
-	c := &cluster{nodes: nodes}
-	var ucs []redis.UniversalClient
-	for i, nd := range nodes {
-		cl := nd.Client(&redis.Options{ReadTimeout: -1, WriteTimeout: -1, PoolSize: 64})
-		if i == 2 {
-			cl.AddHook(parkedHook{})
-		}
-		c.clients = append(c.clients, cl)
-		c.peek = append(c.peek, nd.Client())
-		ucs = append(ucs, cl)
-	}
-	rl, err := redlock.New(ucs, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
-	c.rl = rl
-	warm(t, rl)
-	nodes[2].Pause()
-	t.Cleanup(nodes[2].Resume) // before the clients close: parked calls return
-	return c
+	f := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{ReadTimeout: -1, WriteTimeout: -1, PoolSize: 64}}, opts...)
+	f.Client(2).AddHook(parkedHook{})
+	warm(t, f.rl)
+	f.Nodes[2].Pause()
+	t.Cleanup(f.Nodes[2].Resume) // before the clients close: parked calls return
+	return f
 }
 
 // noTimeouts makes a ClusterClient whose calls only redlock's node timeout
 // bounds.
 var noTimeouts = &redis.ClusterOptions{ReadTimeout: -1, WriteTimeout: -1, MaxRedirects: -1}
-
-// warm takes and releases a lock, so that every pool has a connection.
-func warm(t *testing.T, rl *redlock.Redlock) {
-	t.Helper()
-	l, err := rl.Acquire(context.Background(), []string{"{redlock}warm"}, time.Minute)
-	require.NoError(t, err)
-	_, err = l.Release(context.Background())
-	require.NoError(t, err)
-}
 
 // Item 1: callers whose ctx ends at about the moment an attempt starts,
 // with a hung node, never hang: every call returns. (It used to block for
@@ -146,7 +123,7 @@ func TestCancelledCallersNeverHang(t *testing.T) {
 	select {
 	case <-finished:
 	case <-time.After(20 * time.Second):
-		c.nodes[2].Resume() // let the test end
+		c.Nodes[2].Resume() // let the test end
 		t.Fatalf("a call with an ended ctx is still blocked 17s after the loop ended (%d calls made)", calls.Load())
 	}
 	t.Logf("%d calls with ctx ending 0-50us or 5ms in, node 2 hung: all returned", calls.Load())
@@ -217,7 +194,7 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 // unanswered".)
 func TestEarlyCancelDoesNotStarveHealthyNodes(t *testing.T) {
 	p := newProxied(t, 3)
-	for _, px := range p.proxies {
+	for _, px := range p.Proxies {
 		px.SetLatency(15*time.Millisecond, 15*time.Millisecond)
 	}
 	stop := make(chan struct{})
@@ -332,9 +309,9 @@ func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 // writes stayed for the whole ttl.)
 func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
 	p := newProxied(t, 3)
-	p.proxies[0].SetLatency(0, 60*time.Millisecond)
-	p.proxies[1].Set(redistest.Partition)
-	p.proxies[2].Set(redistest.Partition)
+	p.Proxies[0].SetLatency(0, 60*time.Millisecond)
+	p.Proxies[1].Set(redistest.Partition)
+	p.Proxies[2].Set(redistest.Partition)
 	var wg sync.WaitGroup
 	for g := range 32 {
 		wg.Go(func() {
@@ -348,17 +325,17 @@ func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
 	assert.Eventually(t, func() bool { return p.dbsize(t, 0) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"node 0 still holds writes of failed attempts (ttl 1 minute)")
 	t.Logf("keys left on node 0: %d", p.dbsize(t, 0))
-	p.proxies[1].Heal()
-	p.proxies[2].Heal()
+	p.Proxies[1].Heal()
+	p.Proxies[2].Heal()
 }
 
 // A failed attempt's write on a node that answered after the node timeout
 // (so that its breaker opened meanwhile) is released once the answer comes.
 func TestLateWriteOfFailedAttemptIsReleased(t *testing.T) {
 	p := newProxied(t, 3)
-	p.proxies[0].SetLatency(0, 150*time.Millisecond) // answers after the 100ms node timeout
-	p.proxies[1].Set(redistest.Partition)
-	p.proxies[2].Set(redistest.Partition)
+	p.Proxies[0].SetLatency(0, 150*time.Millisecond) // answers after the 100ms node timeout
+	p.Proxies[1].Set(redistest.Partition)
+	p.Proxies[2].Set(redistest.Partition)
 	ctx := context.Background()
 	for i := range 30 {
 		_, err := p.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}late%d", i)}, time.Minute, redlock.WithRetryCount(0))
@@ -366,8 +343,8 @@ func TestLateWriteOfFailedAttemptIsReleased(t *testing.T) {
 	}
 	assert.Eventually(t, func() bool { return p.dbsize(t, 0) == 0 }, 3*time.Second, 10*time.Millisecond,
 		"node 0 still holds writes of failed attempts (ttl 1 minute)")
-	p.proxies[1].Heal()
-	p.proxies[2].Heal()
+	p.Proxies[1].Heal()
+	p.Proxies[2].Heal()
 }
 
 // Item 6: a Ring is refused: it routes a script by its first key, so a lock
@@ -395,16 +372,16 @@ func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
 		for n := range 3 { // the premise: every node holds it (a quorum answered)
 			require.Eventually(t, func() bool { return p.get(t, n, "{redlock}rel") == lock.Value() }, time.Second, time.Millisecond)
 		}
-		p.proxies[2].Set(redistest.Hang)
-		p.nodes[1].Pause()
-		resumed := time.AfterFunc(150*time.Millisecond, p.nodes[1].Resume)
+		p.Proxies[2].Set(redistest.Hang)
+		p.Nodes[1].Pause()
+		resumed := time.AfterFunc(150*time.Millisecond, p.Nodes[1].Resume)
 		_, err = lock.Release(ctx)
 		resumed.Stop()
-		p.nodes[1].Resume()
+		p.Nodes[1].Resume()
 		require.NoError(t, err, "round %d: Release of a valid lock", i)
 		p.gone(t, 0, "{redlock}rel")
 		p.gone(t, 1, "{redlock}rel")
-		p.proxies[2].Heal()
+		p.Proxies[2].Heal()
 	}
 }
 
@@ -417,8 +394,8 @@ func TestFailedReleaseIsNotValid(t *testing.T) {
 	ctx := context.Background()
 	first, err := p.rl.Acquire(ctx, []string{"{redlock}v"}, time.Minute)
 	require.NoError(t, err)
-	p.proxies[1].Set(redistest.Hang) // requests applied, replies lost
-	p.proxies[2].Set(redistest.Hang)
+	p.Proxies[1].Set(redistest.Hang) // requests applied, replies lost
+	p.Proxies[2].Set(redistest.Hang)
 	_, err = first.Release(ctx, redlock.WithRetryCount(0))
 	require.Error(t, err, "Release with 2 of 3 replies lost")
 	assert.False(t, first.Valid(), "a Lock whose release may have taken effect reports Valid")
@@ -426,15 +403,15 @@ func TestFailedReleaseIsNotValid(t *testing.T) {
 	_, err = first.Extend(ctx, time.Minute)
 	assert.ErrorIs(t, err, redlock.ErrLockExpired, "Extend after a release was attempted")
 
-	other := newClusterOn(t, p.nodes, nil)
+	other := newFixture(t, redistest.Setup{On: p.Nodes})
 	second, err := other.rl.Acquire(ctx, []string{"{redlock}v"}, time.Minute, redlock.WithRetryCount(0))
 	require.NoError(t, err, "the deletes landed: another holder acquires")
 	assert.False(t, first.Valid() && second.Valid(), "two valid holders")
 	// The failed release may be tried again: it finds the lock gone.
 	_, err = first.Release(ctx, redlock.WithRetryCount(0))
 	assert.Error(t, err)
-	p.proxies[1].Heal()
-	p.proxies[2].Heal()
+	p.Proxies[1].Heal()
+	p.Proxies[2].Heal()
 }
 
 // Item 9: a node timeout is a *NodeTimeoutError and never matches
@@ -444,7 +421,7 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	nodes := redistest.Start(t, 3)
 	var mu sync.Mutex
 	var handled []error
-	c := newClusterOn(t, nodes, &redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1},
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1}},
 		redlock.WithRetryCount(0), redlock.WithErrorHandler(func(err error) { mu.Lock(); handled = append(handled, err); mu.Unlock() }))
 	warm(t, c.rl)
 	nodes[1].Pause()
@@ -478,7 +455,7 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 // returned, that node holds nothing, without waiting any further.
 func TestCloseWaitsForInFlightCalls(t *testing.T) {
 	p := newProxied(t, 3)
-	p.proxies[2].SetLatency(40*time.Millisecond, 40*time.Millisecond) // within the node timeout
+	p.Proxies[2].SetLatency(40*time.Millisecond, 40*time.Millisecond) // within the node timeout
 	ctx := context.Background()
 	var locks []*redlock.Lock
 	for i := range 5 {
@@ -561,11 +538,11 @@ func TestCloseSendsHeldReleases(t *testing.T) {
 	lock, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, 30*time.Second)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return p.get(t, 2, "{redlock}held") == lock.Value() }, time.Second, time.Millisecond)
-	p.proxies[2].Set(redistest.Partition)
+	p.Proxies[2].Set(redistest.Partition)
 	_, err = lock.Release(ctx)
 	require.NoError(t, err, "Release at quorum")
 	time.Sleep(200 * time.Millisecond)
-	p.proxies[2].Heal() // back, its connections cut
+	p.Proxies[2].Heal() // back, its connections cut
 	time.Sleep(100 * time.Millisecond)
 	begin := time.Now()
 	require.NoError(t, p.rl.Close())

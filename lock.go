@@ -106,13 +106,13 @@ func (l *Lock) live() bool {
 	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load()
 }
 
-// Attempts returns the statistics of the attempts that produced this lock
-// (only the last one when retries were unlimited).
+// Attempts returns a copy of the statistics of the attempts that produced
+// this lock (only the last one when retries were unlimited).
 func (l *Lock) Attempts() []ExecutionStats {
 	if l == nil {
 		return nil
 	}
-	return l.attempts
+	return append([]ExecutionStats(nil), l.attempts...)
 }
 
 // Extend is shorthand for l's Redlock's [Redlock.Extend](ctx, l, ttl, opts...).

@@ -92,6 +92,9 @@ const (
 type node struct {
 	index  int
 	client redis.UniversalClient
+	// scripts is what the lanes send through: client itself (a test may
+	// put a fake in its place).
+	scripts scripter
 	// cluster is set for a Redis Cluster: a lane per shard, and releases
 	// announced with sharded pub/sub on one channel per resource.
 	cluster *redis.ClusterClient
@@ -105,7 +108,7 @@ type node struct {
 }
 
 func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration) *node {
-	nd := &node{index: i, client: c}
+	nd := &node{index: i, client: c, scripts: c}
 	nd.cluster, _ = c.(*redis.ClusterClient)
 	nd.one = &lane{node: nd, owner: owner, base: base}
 	return nd
@@ -315,7 +318,7 @@ func (l *lane) send(batch []*call) bool {
 	for _, c := range batch {
 		timeout = max(timeout, c.timeout)
 	}
-	onTime := l.round(batch, timeout, false)
+	onTime := l.round(batch, timeout, bySHA)
 	// The node answered; those whose script it lacks (NOSCRIPT: a restarted
 	// or flushed node, or a script not used on it yet) go again with the
 	// script itself, a round trip with a watchdog of its own (none for a
@@ -329,9 +332,9 @@ func (l *lane) send(batch []*call) bool {
 	switch {
 	case len(missing) == 0:
 	case onTime:
-		onTime = l.round(missing, timeout, true)
+		onTime = l.round(missing, timeout, withSource)
 	default:
-		runBatch(context.Background(), l.node.client, missing, true)
+		runBatch(context.Background(), l.node.scripts, missing, withSource)
 	}
 
 	// What the node said: a reply (even an error reply) shows it alive;
@@ -412,11 +415,11 @@ func (l *lane) send(batch []*call) bool {
 	return onTime
 }
 
-// round sends calls (their EVALSHAs, or with load their scripts) in one
+// round sends calls (their EVALSHAs, or withSource their scripts) in one
 // round trip, watched: when no answer comes within timeout, the watchdog
 // (silent) opens the breaker and detaches this worker. It reports whether the
 // answer came in time.
-func (l *lane) round(calls []*call, timeout time.Duration, load bool) bool {
+func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 	// The client gets no deadline: redlock's own timer bounds the wait (a
 	// client that honours ctx deadlines would otherwise report the node's
 	// silence as context.DeadlineExceeded), and a parked call is counted.
@@ -426,7 +429,7 @@ func (l *lane) round(calls []*call, timeout time.Duration, load bool) bool {
 			l.silent(calls, timeout)
 		}
 	})
-	runBatch(context.Background(), l.node.client, calls, load)
+	runBatch(context.Background(), l.node.scripts, calls, how)
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
 	return onTime
@@ -609,13 +612,34 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// evalBy is how a round sends its scripts.
+type evalBy uint8
+
+const (
+	bySHA      evalBy = iota // EVALSHA: the script's hash only
+	withSource               // EVAL: the script itself, which the node then caches
+)
+
+// scripter is the part of a client that sends scripts, alone or pipelined:
+// all a lane calls.
+type scripter interface {
+	evaler
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// evaler runs one script: a client, or a pipeline it queues on.
+type evaler interface {
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+}
+
 // runBatch runs calls in one round trip: alone when there is one, else in
-// one pipeline; with EVALSHA, or, with load, with EVAL (which caches the
+// one pipeline; with EVALSHA, or, withSource, with EVAL (which caches the
 // script on the node). A call whose script the node lacks gets the NOSCRIPT
-// error, for send to run again with load.
-func runBatch(ctx context.Context, c redis.UniversalClient, calls []*call, load bool) {
-	eval := func(s redis.Scripter, p *call) *redis.Cmd {
-		if load {
+// error, for send to run again withSource.
+func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
+	eval := func(s evaler, p *call) *redis.Cmd {
+		if how == withSource {
 			return s.Eval(ctx, p.s.src, p.keys, p.args...)
 		}
 		return s.EvalSha(ctx, p.s.hash, p.keys, p.args...)

@@ -23,7 +23,7 @@ const long = time.Hour
 // assertHeld checks that every listed node holds value under every key, with
 // a ttl close to ttl. A call returns once a quorum has answered, so the other
 // nodes are given a moment to catch up.
-func assertHeld(t *testing.T, c *cluster, nodes []int, keys []string, value string, ttl time.Duration) {
+func assertHeld(t *testing.T, c *fixture, nodes []int, keys []string, value string, ttl time.Duration) {
 	t.Helper()
 	for _, i := range nodes {
 		for _, k := range keys {
@@ -53,7 +53,7 @@ func TestAcquireExtendRelease(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5} {
 		for _, keys := range [][]string{{"{redlock}a"}, {"{redlock}a1", "{redlock}a2"}} {
 			t.Run(fmt.Sprintf("nodes=%d/keys=%d", n, len(keys)), func(t *testing.T) {
-				c := newCluster(t, n)
+				c := newNodes(t, n)
 				ctx := context.Background()
 				lock, err := c.rl.Acquire(ctx, keys, long)
 				require.NoError(t, err, "Acquire(%q)", keys)
@@ -106,7 +106,7 @@ func TestUnreachableNodes(t *testing.T) {
 	for _, nd := range nodes {
 		nd.Kill()
 	}
-	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, fast...)
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}}, fast...)
 	_, err := c.rl.Acquire(context.Background(), []string{"{redlock}a"}, time.Second)
 	var ee *redlock.ExecutionError
 	require.ErrorAs(t, err, &ee, "Acquire on dead nodes")
@@ -126,7 +126,7 @@ func TestUnreachableNodes(t *testing.T) {
 
 // node-redlock §9 case 5.
 func TestLocksExpire(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	first, err := c.rl.Acquire(ctx, []string{"{redlock}e"}, 200*time.Millisecond)
 	require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestLocksExpire(t *testing.T) {
 
 // node-redlock §9 case 6, plus the sentinel it lacked.
 func TestLocksAreExclusive(t *testing.T) {
-	c := newCluster(t, 3, fast...)
+	c := newNodes(t, 3, fast...)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
 	require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestLocksAreExclusive(t *testing.T) {
 
 // node-redlock §9 case 7: all-or-nothing.
 func TestOverlappingMultiLocks(t *testing.T) {
-	c := newCluster(t, 3, fast...)
+	c := newNodes(t, 3, fast...)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}c1", "{redlock}c2"}, long)
 	require.NoError(t, err)
@@ -206,7 +206,7 @@ func TestOverlappingMultiLocks(t *testing.T) {
 
 // node-redlock §9 case 11: a minority held by someone else.
 func TestMinorityFails(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	c.set(t, 2, "{redlock}b", "other", 0)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}b"}, long)
@@ -232,7 +232,7 @@ func TestMinorityFails(t *testing.T) {
 func TestMajorityFails(t *testing.T) {
 	var mu sync.Mutex
 	var reported []error
-	c := newCluster(t, 3, append(fast, redlock.WithErrorHandler(func(err error) {
+	c := newNodes(t, 3, append(fast, redlock.WithErrorHandler(func(err error) {
 		mu.Lock()
 		reported = append(reported, err)
 		mu.Unlock()
@@ -271,7 +271,7 @@ func TestMajorityFails(t *testing.T) {
 
 // node-redlock's unmerged case 13: a waiter gets the lock once it is freed.
 func TestWaiterAcquiresAfterRelease(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long)
 	require.NoError(t, err)
@@ -289,7 +289,7 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 // Fixed: with an even n a 1:1 split is decided at once (node-redlock hangs
 // for ever here).
 func TestEvenSplitDoesNotHang(t *testing.T) {
-	c := newCluster(t, 2)
+	c := newNodes(t, 2)
 	c.set(t, 1, "{redlock}s", "other", 0)
 	ctx := within(t, 10*time.Second)
 	_, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long, redlock.WithRetryCount(0))
@@ -306,7 +306,7 @@ func TestEvenSplitDoesNotHang(t *testing.T) {
 // (node-redlock §4.6: it fails here although it could hold 2 of 3 nodes),
 // because a failed attempt releases what it wrote.
 func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	c.set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
 	c.set(t, 2, "{redlock}o", "other", 0)                    // never frees up
 	lock, err := c.rl.Acquire(within(t, 10*time.Second), []string{"{redlock}o"}, long,
@@ -324,7 +324,7 @@ func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
 // with ErrLockExpired, even with unlimited retries (node-redlock retries for
 // 2 s, or for ever with -1).
 func TestExpiredLockEndsAtOnce(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := within(t, 10*time.Second)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, 50*time.Millisecond)
 	require.NoError(t, err)
@@ -344,7 +344,7 @@ func TestExpiredLockEndsAtOnce(t *testing.T) {
 // Fixed: a lock whose keys were taken over is known lost at the first
 // attempt: release and extend do not retry.
 func TestStolenLockEndsAtOnce(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := within(t, 10*time.Second)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
 	require.NoError(t, err)
@@ -367,8 +367,8 @@ func TestStolenLockEndsAtOnce(t *testing.T) {
 // Fixed: a quorum reached only after the validity has passed is a failure,
 // and what it wrote is cleaned up (node-redlock returns an expired Lock).
 func TestLateQuorumIsFailure(t *testing.T) {
-	c := newCluster(t, 3, redlock.WithNodeTimeout(time.Second))
-	for _, cl := range c.clients {
+	c := newNodes(t, 3, redlock.WithNodeTimeout(time.Second))
+	for _, cl := range c.Clients {
 		cl.AddHook(hook{onCmd: func(redis.Cmder) { time.Sleep(30 * time.Millisecond) }})
 	}
 	// ttl 20ms, drift 2ms: the attempt takes 30ms, past its validity. The
@@ -382,7 +382,7 @@ func TestLateQuorumIsFailure(t *testing.T) {
 
 	// With a larger ttl the timeout is not the limit but the validity is:
 	// ttl 40ms, drift 2ms, validity 38ms; nodes answer at about 30-40ms.
-	for _, cl := range c.clients {
+	for _, cl := range c.Clients {
 		cl.AddHook(hook{onCmd: func(redis.Cmder) { time.Sleep(15 * time.Millisecond) }})
 	}
 	_, err = c.rl.Acquire(context.Background(), []string{"{redlock}late"}, 40*time.Millisecond, redlock.WithRetryCount(0))
@@ -398,7 +398,7 @@ func TestLateQuorumIsFailure(t *testing.T) {
 func TestHungMinorityDoesNotStall(t *testing.T) {
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
-	c := newClusterOn(t, nodes, &redis.Options{ReadTimeout: -1, WriteTimeout: -1}, redlock.WithNodeTimeout(10*time.Second))
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{ReadTimeout: -1, WriteTimeout: -1}}, redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	// Warm the connections so that the pause hits a connected client.
 	l, err := c.rl.Acquire(ctx, []string{"{redlock}warm"}, long)
@@ -426,7 +426,7 @@ func TestHungMinorityDoesNotStall(t *testing.T) {
 func TestHungMajorityFailsAtTimeout(t *testing.T) {
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
-	c := newClusterOn(t, nodes, &redis.Options{ReadTimeout: -1, WriteTimeout: -1}, redlock.WithNodeTimeout(200*time.Millisecond))
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{ReadTimeout: -1, WriteTimeout: -1}}, redlock.WithNodeTimeout(200*time.Millisecond))
 	ctx := within(t, 20*time.Second)
 	l, err := c.rl.Acquire(ctx, []string{"{redlock}warm"}, long)
 	require.NoError(t, err)
@@ -459,7 +459,7 @@ func TestHungMajorityFailsAtTimeout(t *testing.T) {
 // ctx ends a call promptly, and the error matches both ctx's error and the
 // sentinel of what it was waiting for.
 func TestContextEndsCall(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	held, err := c.rl.Acquire(context.Background(), []string{"{redlock}w"}, long)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -486,7 +486,7 @@ func TestContextEndsCall(t *testing.T) {
 func TestQuorumLostToFailures(t *testing.T) {
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
-	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1}, fast...)
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1}}, fast...)
 	ctx := context.Background()
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}f"}, long)
 	require.NoError(t, err)
@@ -507,16 +507,16 @@ func TestQuorumLostToFailures(t *testing.T) {
 
 // EVALSHA falls back to EVAL when a node lost its script cache.
 func TestScriptCacheFlushed(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long)
 	require.NoError(t, err)
-	for _, p := range c.peek {
+	for _, p := range c.Peek {
 		require.NoError(t, p.ScriptFlush(ctx).Err())
 	}
 	l, err = l.Extend(ctx, long)
 	require.NoError(t, err, "Extend after SCRIPT FLUSH")
-	for _, p := range c.peek {
+	for _, p := range c.Peek {
 		require.NoError(t, p.ScriptFlush(ctx).Err())
 	}
 	_, err = l.Release(ctx)
@@ -526,7 +526,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 // One Redlock used from many goroutines at once: distinct keys all succeed,
 // one shared key is never held twice (run with -race).
 func TestConcurrentUse(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	var inside, violations, acquired atomic.Int32
@@ -569,7 +569,7 @@ func TestConcurrentUse(t *testing.T) {
 // every retry, and none reaches a quorum until they give up. Each failed
 // attempt now releases what it wrote, so every waiter gets its turn.
 func TestWaitersDoNotSplitTheNodes(t *testing.T) {
-	c := newCluster(t, 5)
+	c := newNodes(t, 5)
 	var inside, violations atomic.Int32
 	var wg sync.WaitGroup
 	for range 8 {
@@ -603,9 +603,9 @@ func TestWaitersDoNotSplitTheNodes(t *testing.T) {
 // caches flushed again and again (NOSCRIPT inside a pipeline), and with some
 // callers cancelling, every other caller's Acquire and Release succeed.
 func TestBatchedCalls(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var pipelines atomic.Int32
-	for _, cl := range c.clients {
+	for _, cl := range c.Clients {
 		cl.AddHook(hook{onPipeline: func([]redis.Cmder) { pipelines.Add(1) }})
 	}
 	stop := make(chan struct{})
@@ -617,7 +617,7 @@ func TestBatchedCalls(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(2 * time.Millisecond):
-				for _, p := range c.peek {
+				for _, p := range c.Peek {
 					_ = p.ScriptFlush(context.Background()).Err()
 				}
 			}

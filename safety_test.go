@@ -41,42 +41,42 @@ type phase struct {
 var schedule = []phase{
 	{name: "healthy"},
 	{name: "1 node hung (requests applied, replies lost)",
-		start: func(h *harness) { h.proxies[0].Set(redistest.Hang) },
-		end:   func(h *harness) { h.proxies[0].Heal() }},
+		start: func(h *harness) { h.Proxies[0].Set(redistest.Hang) },
+		end:   func(h *harness) { h.Proxies[0].Heal() }},
 	{name: "2 nodes slow (+20ms each way)",
 		start: func(h *harness) {
-			h.proxies[1].SetLatency(20*time.Millisecond, 20*time.Millisecond)
-			h.proxies[2].SetLatency(20*time.Millisecond, 20*time.Millisecond)
+			h.Proxies[1].SetLatency(20*time.Millisecond, 20*time.Millisecond)
+			h.Proxies[2].SetLatency(20*time.Millisecond, 20*time.Millisecond)
 		},
-		end: func(h *harness) { h.proxies[1].Heal(); h.proxies[2].Heal() }},
+		end: func(h *harness) { h.Proxies[1].Heal(); h.Proxies[2].Heal() }},
 	{name: "2 nodes partitioned",
-		start: func(h *harness) { h.proxies[3].Set(redistest.Partition); h.proxies[4].Set(redistest.Partition) },
-		end:   func(h *harness) { h.proxies[3].Heal(); h.proxies[4].Heal() }},
+		start: func(h *harness) { h.Proxies[3].Set(redistest.Partition); h.Proxies[4].Set(redistest.Partition) },
+		end:   func(h *harness) { h.Proxies[3].Heal(); h.Proxies[4].Heal() }},
 	{name: "1 node refusing, 1 node's connections cut every 50ms",
 		start: func(h *harness) {
-			h.proxies[4].Set(redistest.Refuse)
-			h.cutter(h.proxies[0], 50*time.Millisecond)
+			h.Proxies[4].Set(redistest.Refuse)
+			h.cutter(h.Proxies[0], 50*time.Millisecond)
 		},
-		end: func(h *harness) { h.stopCutter(); h.proxies[4].Heal() }},
+		end: func(h *harness) { h.stopCutter(); h.Proxies[4].Heal() }},
 	{name: "1 node killed, restarted empty after the max ttl",
 		start: func(h *harness) {
-			h.nodes[2].Kill()
-			h.restartAfter(h.nodes[2], safetyTTL+100*time.Millisecond)
+			h.Nodes[2].Kill()
+			h.restartAfter(h.Nodes[2], safetyTTL+100*time.Millisecond)
 		},
 		end: func(h *harness) { h.waitRestart() }},
 	{name: "2 nodes slow (+30ms each way), half the callers cancel 0-20ms in",
 		start: func(h *harness) {
-			h.proxies[0].SetLatency(30*time.Millisecond, 30*time.Millisecond)
-			h.proxies[2].SetLatency(30*time.Millisecond, 30*time.Millisecond)
+			h.Proxies[0].SetLatency(30*time.Millisecond, 30*time.Millisecond)
+			h.Proxies[2].SetLatency(30*time.Millisecond, 30*time.Millisecond)
 			h.cancelEarly.Store(true)
 		},
-		end: func(h *harness) { h.cancelEarly.Store(false); h.proxies[0].Heal(); h.proxies[2].Heal() }},
+		end: func(h *harness) { h.cancelEarly.Store(false); h.Proxies[0].Heal(); h.Proxies[2].Heal() }},
 	{name: "1 node hung, 1 node slow (+50ms one way)",
 		start: func(h *harness) {
-			h.proxies[1].Set(redistest.Hang)
-			h.proxies[3].SetLatency(50*time.Millisecond, 0)
+			h.Proxies[1].Set(redistest.Hang)
+			h.Proxies[3].SetLatency(50*time.Millisecond, 0)
 		},
-		end: func(h *harness) { h.proxies[1].Heal(); h.proxies[3].Heal() }},
+		end: func(h *harness) { h.Proxies[1].Heal(); h.Proxies[3].Heal() }},
 }
 
 const (
@@ -89,8 +89,7 @@ const (
 
 // harness holds the nodes, their proxies and the fault machinery.
 type harness struct {
-	nodes   []*redistest.Node
-	proxies []*redistest.Proxy
+	*redistest.Fixture // each worker has clients of its own to the proxies
 
 	cutStop chan struct{}
 	cutDone chan struct{}
@@ -151,14 +150,11 @@ type phaseStats struct {
 //	go test -run TestSafety -count=1 . -safety.sections 20000 -safety.report /tmp/safety.txt
 func TestSafety(t *testing.T) {
 	redistest.Require(t)
-	h := &harness{nodes: redistest.Start(t, safetyNodes)}
-	for _, nd := range h.nodes {
-		h.proxies = append(h.proxies, redistest.NewProxy(t, nd.Addr()))
-	}
+	h := &harness{Fixture: redistest.New(t, redistest.Setup{Nodes: safetyNodes, Proxied: true})}
 	rls := make([]*redlock.Redlock, safetyWorkers)
 	for w := range rls {
 		var cs []redis.UniversalClient
-		for _, p := range h.proxies {
+		for _, p := range h.Proxies {
 			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
 				ReadTimeout: time.Second, PoolSize: 4})
 			t.Cleanup(func() { _ = c.Close() })

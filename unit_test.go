@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // drift = round(f*ttl) + 2ms, with node-redlock's numbers.
@@ -151,103 +154,51 @@ func TestNewValidation(t *testing.T) {
 	assert.Equal(t, 1, rl.Quorum())
 }
 
-// fakeScripter answers every script call with a fixed result after a delay,
-// or never (hang), to drive the vote counting without Redis.
-type fakeScripter struct {
-	redis.UniversalClient // nil: only the methods below are used
-	result                any
-	err                   error
-	delay                 time.Duration
-	hang                  chan struct{} // when set, block until closed
-}
-
-func (f *fakeScripter) answer(ctx context.Context) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	if f.hang != nil {
-		<-f.hang
-	} else if f.delay > 0 {
-		time.Sleep(f.delay)
-	}
-	if f.err != nil {
-		cmd.SetErr(f.err)
-	} else {
-		cmd.SetVal(f.result)
-	}
-	return cmd
-}
-
-func (f *fakeScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.answer(ctx)
-}
-
-func (f *fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return f.answer(ctx)
-}
-
-// Pipelined answers a batch as the fake answers single calls: the commands
-// are queued on a pipeline of a client that never connects, and answered here.
-func (f *fakeScripter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	pipe := c.Pipeline()
-	if err := fn(pipe); err != nil {
-		return nil, err
-	}
-	var cmds []redis.Cmder
-	for _, cmd := range f.batchCmds(pipe) {
-		answer := f.answer(ctx)
-		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal(answer.Val())
-			c.SetErr(answer.Err())
-		}
-		cmds = append(cmds, cmd)
-	}
-	return cmds, nil
-}
-
-// batchCmds returns the commands queued on pipe, without sending them.
-func (f *fakeScripter) batchCmds(pipe redis.Pipeliner) []redis.Cmder {
-	return pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
-}
-
-func newFake(t testing.TB, nodes []*fakeScripter, opts ...Option) *Redlock {
+// newFake returns a Redlock whose nodes are fakes: each node's client
+// (never dialled) is replaced by its fake for every script call. The fakes
+// have no pub/sub: no waking on release.
+func newFake(t testing.TB, fakes []*redistest.Fake, opts ...Option) *Redlock {
 	t.Helper()
-	cs := make([]redis.UniversalClient, len(nodes))
-	for i, n := range nodes {
-		cs[i] = n
+	cs := make([]redis.UniversalClient, len(fakes))
+	for i := range fakes {
+		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)})
+		t.Cleanup(func() { _ = c.Close() })
+		cs[i] = c
 	}
-	// The fakes have no pub/sub: no waking on release.
 	rl, err := New(cs, append([]Option{WithWakeOnRelease(false)}, opts...)...)
 	require.NoError(t, err)
+	for i, f := range fakes {
+		rl.nodes[i].scripts = f
+	}
 	return rl
 }
 
 // The vote counting: an attempt is decided as soon as a quorum for, or a
 // quorum out of reach, is certain.
 func TestVoteCounting(t *testing.T) {
-	yes := func() *fakeScripter { return &fakeScripter{result: int64(1)} }
-	no := func() *fakeScripter { return &fakeScripter{result: int64(0)} }
-	broken := func() *fakeScripter { return &fakeScripter{err: errors.New("boom")} }
-	weird := func() *fakeScripter { return &fakeScripter{result: "OK"} }
+	yes := func() *redistest.Fake { return &redistest.Fake{Result: int64(1)} }
+	no := func() *redistest.Fake { return &redistest.Fake{Result: int64(0)} }
+	broken := func() *redistest.Fake { return &redistest.Fake{Err: errors.New("boom")} }
+	weird := func() *redistest.Fake { return &redistest.Fake{Result: "OK"} }
 	cases := []struct {
 		name       string
-		nodes      []*fakeScripter
+		nodes      []*redistest.Fake
 		wantOK     bool
 		wantLocked bool // the failure matches ErrResourceLocked
 	}{
-		{"1 yes", []*fakeScripter{yes()}, true, false},
-		{"1 no", []*fakeScripter{no()}, false, true},
-		{"2 split", []*fakeScripter{yes(), no()}, false, true},
-		{"2 yes", []*fakeScripter{yes(), yes()}, true, false},
-		{"3 two yes", []*fakeScripter{yes(), no(), yes()}, true, false},
-		{"3 two no", []*fakeScripter{no(), yes(), no()}, false, true},
-		{"3 one no one broken", []*fakeScripter{no(), yes(), broken()}, false, false},
-		{"3 broken minority", []*fakeScripter{yes(), broken(), yes()}, true, false},
-		{"3 non-integer result", []*fakeScripter{weird(), weird(), yes()}, false, false},
-		{"4 split", []*fakeScripter{yes(), yes(), no(), no()}, false, true},
-		{"4 three yes", []*fakeScripter{yes(), yes(), no(), yes()}, true, false},
-		{"5 three yes", []*fakeScripter{no(), yes(), no(), yes(), yes()}, true, false},
-		{"5 three no", []*fakeScripter{no(), yes(), no(), yes(), no()}, false, true},
+		{"1 yes", []*redistest.Fake{yes()}, true, false},
+		{"1 no", []*redistest.Fake{no()}, false, true},
+		{"2 split", []*redistest.Fake{yes(), no()}, false, true},
+		{"2 yes", []*redistest.Fake{yes(), yes()}, true, false},
+		{"3 two yes", []*redistest.Fake{yes(), no(), yes()}, true, false},
+		{"3 two no", []*redistest.Fake{no(), yes(), no()}, false, true},
+		{"3 one no one broken", []*redistest.Fake{no(), yes(), broken()}, false, false},
+		{"3 broken minority", []*redistest.Fake{yes(), broken(), yes()}, true, false},
+		{"3 non-integer result", []*redistest.Fake{weird(), weird(), yes()}, false, false},
+		{"4 split", []*redistest.Fake{yes(), yes(), no(), no()}, false, true},
+		{"4 three yes", []*redistest.Fake{yes(), yes(), no(), yes()}, true, false},
+		{"5 three yes", []*redistest.Fake{no(), yes(), no(), yes(), yes()}, true, false},
+		{"5 three no", []*redistest.Fake{no(), yes(), no(), yes(), no()}, false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,13 +220,13 @@ func TestVoteCounting(t *testing.T) {
 func TestHungFakeNode(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
-	nodes := []*fakeScripter{{result: int64(1)}, {result: int64(1)}, {hang: hang}}
+	nodes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Hang: hang}}
 	rl := newFake(t, nodes, WithNodeTimeout(time.Hour))
 	l, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
 	require.NoError(t, err, "Acquire with a hung minority")
 	assert.ElementsMatch(t, []int{0, 1}, l.Attempts()[0].VotesFor)
 
-	nodes[0].result = int64(0)
+	nodes[0].Result = int64(0)
 	rl = newFake(t, nodes, WithNodeTimeout(20*time.Millisecond), WithRetryCount(0))
 	_, err = rl.Acquire(context.Background(), []string{"k"}, time.Second)
 	var ee *ExecutionError
@@ -297,9 +248,9 @@ func TestHungFakeNode(t *testing.T) {
 // when the node lacks it.
 func runScript(ctx context.Context, c redis.UniversalClient, s *script, keys []string, args []any) error {
 	cl := &call{s: s, keys: keys, args: args}
-	runBatch(ctx, c, []*call{cl}, false)
+	runBatch(ctx, c, []*call{cl}, bySHA)
 	if cl.err != nil && redis.HasErrorPrefix(cl.err, "NOSCRIPT") {
-		runBatch(ctx, c, []*call{cl}, true)
+		runBatch(ctx, c, []*call{cl}, withSource)
 	}
 	return cl.err
 }

@@ -29,7 +29,7 @@ const usingTTL = 300 * time.Millisecond
 // (a quorum at least) the whole time, fn's ctx is never cancelled, and the
 // keys are gone afterwards.
 func TestUsingExtends(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var value string
 	var maxPTTLAfterTTL time.Duration
 	err := c.rl.Using(context.Background(), []string{"{redlock}u"}, usingTTL, func(ctx context.Context) error {
@@ -89,7 +89,7 @@ func waitCancelled(t *testing.T, ctx context.Context, bound time.Duration) time.
 // one extension period with a cause matching ErrExtensionFailed, and Using
 // reports it although fn returned nil.
 func TestUsingStolen(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var cause error
 	err := c.rl.Using(context.Background(), []string{"{redlock}st"}, usingTTL, func(ctx context.Context) error {
 		c.set(t, 0, "{redlock}st", "thief", 0)
@@ -111,7 +111,7 @@ func TestUsingMajorityKilled(t *testing.T) {
 	for _, retries := range []int{10, -1} {
 		redistest.Require(t)
 		nodes := redistest.Start(t, 3)
-		c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, usingOpts...)
+		c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}}, usingOpts...)
 		done := make(chan error, 1)
 		go func() {
 			done <- c.rl.Using(context.Background(), []string{"{redlock}mk"}, usingTTL, func(ctx context.Context) error {
@@ -135,7 +135,7 @@ func TestUsingMajorityKilled(t *testing.T) {
 func TestUsingMinorityKilled(t *testing.T) {
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
-	c := newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}, usingOpts...)
+	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}}, usingOpts...)
 	err := c.rl.Using(context.Background(), []string{"{redlock}mn"}, usingTTL, func(ctx context.Context) error {
 		nodes[2].Kill()
 		select {
@@ -153,7 +153,7 @@ func TestUsingMinorityKilled(t *testing.T) {
 // The caller's ctx ends mid-fn: fn's ctx ends with it, the lock is still
 // released, and fn's error comes back.
 func TestUsingCallerCancels(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	err := c.rl.Using(ctx, []string{"{redlock}cc"}, usingTTL, func(ctx context.Context) error {
@@ -170,7 +170,7 @@ func TestUsingCallerCancels(t *testing.T) {
 // fn's error is returned as it is; a release error is joined to it.
 func TestUsingErrorsJoined(t *testing.T) {
 	errWork := errors.New("work failed")
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	err := c.rl.Using(context.Background(), []string{"{redlock}e1"}, usingTTL, func(context.Context) error {
 		return errWork
 	}, usingOpts...)
@@ -179,7 +179,7 @@ func TestUsingErrorsJoined(t *testing.T) {
 
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
-	c = newClusterOn(t, nodes, &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	c = newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}})
 	err = c.rl.Using(context.Background(), []string{"{redlock}e2"}, time.Hour, func(context.Context) error {
 		nodes[1].Kill()
 		nodes[2].Kill()
@@ -193,7 +193,7 @@ func TestUsingErrorsJoined(t *testing.T) {
 
 // A panic in fn releases the lock and goes on.
 func TestUsingPanic(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	func() {
 		defer func() {
 			assert.Equal(t, "boom", recover())
@@ -210,9 +210,9 @@ func TestUsingPanic(t *testing.T) {
 // No extension starts after fn returns (node-redlock leaks a timer that
 // extends the released lock and aborts its signal afterwards).
 func TestUsingNoExtensionAfterReturn(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var sent atomic.Int32
-	for _, cl := range c.clients {
+	for _, cl := range c.Clients {
 		// Count the script calls that carry the ttl: acquire and extend
 		// do, release does not.
 		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
@@ -243,7 +243,7 @@ func TestUsingNoExtensionAfterReturn(t *testing.T) {
 
 // Two Using calls on one resource run one after the other, never together.
 func TestUsingExclusive(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	var inside, violations atomic.Int32
 	done := make(chan error, 2)
 	for range 2 {
@@ -267,7 +267,7 @@ func TestUsingExclusive(t *testing.T) {
 // Bad input is refused before anything is acquired; an acquire failure is
 // returned unchanged and fn never runs.
 func TestUsingValidationAndAcquireFailure(t *testing.T) {
-	c := newCluster(t, 3)
+	c := newNodes(t, 3)
 	ctx := context.Background()
 	ran := false
 	fn := func(context.Context) error { ran = true; return nil }

@@ -54,8 +54,8 @@ func awaitLock(t *testing.T, got <-chan *redlock.Lock, fail <-chan error, d time
 // A waiter in another Redlock (as another process would be) gets the lock
 // as soon as it is released, not after its retry delay of 10 s.
 func TestWakeOnRelease(t *testing.T) {
-	holder := newCluster(t, 3)
-	waiter := newClusterOn(t, holder.nodes, nil) // its own clients and Redlock
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes}) // its own clients and Redlock
 	ctx := context.Background()
 	held, err := holder.rl.Acquire(ctx, []string{"{redlock}wk"}, time.Minute)
 	require.NoError(t, err)
@@ -85,8 +85,8 @@ func TestWakeWithoutPubSub(t *testing.T) {
 	_, err := ps.Receive(context.Background())
 	require.Error(t, err, "SUBSCRIBE as a user without channels")
 	_ = ps.Close()
-	holder := newClusterOn(t, nodes, opts)
-	waiter := newClusterOn(t, nodes, opts)
+	holder := newFixture(t, redistest.Setup{On: nodes, Client: opts})
+	waiter := newFixture(t, redistest.Setup{On: nodes, Client: opts})
 	ctx := context.Background()
 	held, err := holder.rl.Acquire(ctx, []string{"{redlock}np"}, time.Minute)
 	require.NoError(t, err)
@@ -102,8 +102,8 @@ func TestWakeWithoutPubSub(t *testing.T) {
 // Close during a wait: the waiter goes on, on its retry delay alone, and gets
 // the lock; Close is idempotent and leaves no goroutine (goleak).
 func TestCloseDuringWait(t *testing.T) {
-	holder := newCluster(t, 3)
-	waiter := newClusterOn(t, holder.nodes, nil)
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	ctx := context.Background()
 	held, err := holder.rl.Acquire(ctx, []string{"{redlock}cl"}, time.Minute)
 	require.NoError(t, err)
@@ -122,10 +122,10 @@ func TestCloseDuringWait(t *testing.T) {
 // and a burst coalesces: 1,000 announcements sent at once for a resource
 // that stays held cause far fewer attempts than that.
 func TestWakeStormCoalesces(t *testing.T) {
-	holder := newCluster(t, 3)
-	waiter := newClusterOn(t, holder.nodes, nil)
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	var attempts atomic.Int32
-	for _, cl := range waiter.clients {
+	for _, cl := range waiter.Clients {
 		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
 			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
 				attempts.Add(1)
@@ -146,7 +146,7 @@ func TestWakeStormCoalesces(t *testing.T) {
 	before := attempts.Load()
 	const storm = 1000
 	foreign := strings.Repeat("f", 32)
-	pipe := holder.peek[0].Pipeline()
+	pipe := holder.Peek[0].Pipeline()
 	for range storm {
 		pipe.Publish(ctx, redlock.ReleasedChannel, foreign+"{redlock}st")
 	}
@@ -169,10 +169,10 @@ func TestWakeStormCoalesces(t *testing.T) {
 // and each hand-off costs about one attempt, not one per waiter (woken all
 // at once, they split the nodes, and the order is left to chance).
 func TestWaitersQueueInOrder(t *testing.T) {
-	holder := newCluster(t, 3)
-	waiter := newClusterOn(t, holder.nodes, nil)
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	var attempts atomic.Int32
-	for _, cl := range waiter.clients {
+	for _, cl := range waiter.Clients {
 		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
 			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
 				if s, _ := cmd.Args()[len(cmd.Args())-1].(int64); s == 60000 { // acquires only
@@ -231,8 +231,8 @@ func TestWaitersQueueInOrder(t *testing.T) {
 // attempt, even when the resource happens to be free (here: the holder's
 // lock expired, which nobody announces, and the head waits for its delay).
 func TestNewcomerJoinsTheQueue(t *testing.T) {
-	holder := newCluster(t, 3)
-	waiter := newClusterOn(t, holder.nodes, nil)
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	ctx := context.Background()
 	const key = "{redlock}barge"
 	_, err := holder.rl.Acquire(ctx, []string{key}, 300*time.Millisecond)
