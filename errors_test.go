@@ -36,7 +36,9 @@ func TestRefusalsEndTheCallAtOnce(t *testing.T) {
 	ctx := context.Background()
 	admin := nodes[0].Client()
 	require.NoError(t, admin.ConfigSet(ctx, "requirepass", "secret").Err())
-	t.Cleanup(func() { _ = nodes[0].Client(&redis.Options{Password: "secret"}).ConfigSet(ctx, "requirepass", "").Err() })
+	t.Cleanup(func() {
+		_ = nodes[0].Client(&redis.Options{Password: "secret"}).ConfigSet(ctx, "requirepass", "").Err()
+	})
 	acl := nodes[1].Client()
 	require.NoError(t, acl.Do(ctx, "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "+get").Err())
 	require.NoError(t, acl.Do(ctx, "ACL", "SETUSER", "noset", "on", ">pw", "~*", "+evalsha", "+eval", "+exists").Err())
