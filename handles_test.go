@@ -56,8 +56,8 @@ func TestExtendAndReleaseOfOneHandle(t *testing.T) {
 		require.NoError(t, err)
 		var ext *redlock.Lock
 		var wg sync.WaitGroup
-		wg.Go(func() { ext, _ = lock.Extend(ctx, time.Minute) })
-		wg.Go(func() { _, _ = lock.Release(ctx) })
+		spawn(&wg, func() { ext, _ = lock.Extend(ctx, time.Minute) })
+		spawn(&wg, func() { _, _ = lock.Release(ctx) })
 		wg.Wait()
 		if ext == nil || !ext.Valid() {
 			continue
@@ -174,7 +174,7 @@ func TestCronGuardOnSixReplicas(t *testing.T) {
 		var ran atomic.Int32
 		var wg sync.WaitGroup
 		for r := range replicas {
-			wg.Go(func() {
+			spawn(&wg, func() {
 				time.Sleep(time.Duration(r) * time.Millisecond) // the replicas' clocks differ a little
 				var cs []redis.UniversalClient
 				for _, nd := range nodes {
@@ -230,7 +230,7 @@ func TestOverlappingWaitersKeepTheirBudget(t *testing.T) {
 		var failed atomic.Int32
 		var wg sync.WaitGroup
 		for i := range 9 {
-			wg.Go(func() {
+			spawn(&wg, func() {
 				lock, err := c.rl.Acquire(context.Background(), sets[i%3], time.Minute)
 				if err != nil {
 					failed.Add(1)
@@ -298,7 +298,7 @@ func TestWakeStormEndsWithTheWindow(t *testing.T) {
 	defer func() { _, _ = hold.Release(ctx) }()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	spawn(&wg, func() {
 		for {
 			select {
 			case <-stop:

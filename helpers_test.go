@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,4 +126,14 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 // countingHook counts every command a client sends.
 func countingHook(n *atomic.Int32) hook {
 	return hook{onCmd: func(redis.Cmder) { n.Add(1) }}
+}
+
+// spawn runs f in a goroutine counted by wg (sync.WaitGroup.Go, which needs
+// Go 1.25; the module supports 1.24).
+func spawn(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
 }

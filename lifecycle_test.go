@@ -100,7 +100,7 @@ func TestCancelledCallersNeverHang(t *testing.T) {
 	var calls atomic.Int64
 	var wg sync.WaitGroup
 	for g := range callers {
-		wg.Go(func() {
+		spawn(&wg, func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 11))
 			for i := 0; time.Now().Before(deadline); i++ {
 				// Half end 0-50us in, half after 5ms.
@@ -141,7 +141,7 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 			stop := make(chan struct{})
 			var peak, peakParked, calls atomic.Int64
 			var wg sync.WaitGroup
-			wg.Go(func() {
+			spawn(&wg, func() {
 				tick := time.NewTicker(2 * time.Millisecond)
 				defer tick.Stop()
 				for {
@@ -157,7 +157,7 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 			})
 			var callersWG sync.WaitGroup
 			for g := range callers {
-				callersWG.Go(func() {
+				spawn(&callersWG, func() {
 					for i := 0; ; i++ {
 						select {
 						case <-stop:
@@ -200,7 +200,7 @@ func TestEarlyCancelDoesNotStarveHealthyNodes(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Go(func() {
+		spawn(&wg, func() {
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -267,7 +267,7 @@ func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
 	var hungCalls, healthyOK, healthyFailed atomic.Int64
-	wg.Go(func() {
+	spawn(&wg, func() {
 		for time.Now().Before(deadline) {
 			begin := time.Now()
 			_, err := rl.Acquire(ctx, []string{hungKey}, time.Minute)
@@ -280,7 +280,7 @@ func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 		if addr == hung.Addr() {
 			continue
 		}
-		wg.Go(func() {
+		spawn(&wg, func() {
 			for i := 0; time.Now().Before(deadline); i++ {
 				l, err := rl.Acquire(ctx, []string{fmt.Sprintf("%s:%d", key, i)}, time.Minute)
 				if err != nil {
@@ -314,7 +314,7 @@ func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
 	p.Proxies[2].Set(redistest.Partition)
 	var wg sync.WaitGroup
 	for g := range 32 {
-		wg.Go(func() {
+		spawn(&wg, func() {
 			for i := range 5 {
 				_, err := p.rl.Acquire(context.Background(), []string{fmt.Sprintf("{redlock}busy%d-%d", g, i)}, time.Minute, redlock.WithRetryCount(0))
 				assert.Error(t, err, "Acquire with 2 of 3 nodes partitioned")
@@ -503,7 +503,7 @@ func TestHungShardStartsNoSubscriptions(t *testing.T) {
 	t.Cleanup(hung.Resume)
 	var wg sync.WaitGroup
 	for _, k := range keys {
-		wg.Go(func() {
+		spawn(&wg, func() {
 			_, err := rl.Acquire(ctx, []string{k}, time.Minute)
 			assert.Error(t, err)
 		})
