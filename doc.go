@@ -12,10 +12,12 @@
 //	drift      = round(driftFactor × ttl) + 2ms
 //	expiration = start of the successful attempt + ttl − drift
 //
-// Failed attempts are retried after a jittered delay (default 10 retries,
-// 200ms ± 100ms apart); after the last one, whatever the attempts wrote is
-// released. [Redlock.Extend] resets the ttl on a quorum and returns a new
-// [Lock]; [Redlock.Release] deletes the keys that still hold the lock's value.
+// A failed attempt releases what it wrote, then the call retries after a
+// jittered delay (200ms ± 100ms), or sooner when a release of the resources
+// is announced, for a window of retries × delay (default 10 × 200ms = 2s;
+// see [WithRetryCount]). [Redlock.Extend] resets the ttl on a quorum and
+// returns a new [Lock]; [Redlock.Release] deletes the keys that still hold
+// the lock's value.
 //
 // [Redlock.Using] runs a function under a lock that it extends while the
 // function runs; the function's context is cancelled, with a cause matching
@@ -65,13 +67,22 @@
 //	...
 //	lock, err = lock.Extend(ctx, ttl)
 //
-// A Release whose ctx has already ended (a request's deadline that passed
-// during the work) still makes one attempt, bounded by the node timeout.
-// Once a release has been sent, no handle is [Lock.Valid], even if the
-// release failed: its deletes may have landed. A failed Acquire returns once
-// what it wrote has been released on the nodes that answered it. A process
-// calls [Redlock.Close] before it exits: Release returns at quorum, and Close
-// waits for the deletes still on their way to the other nodes.
+// Nothing watches a lock between calls: a lock lost on the nodes (expired,
+// deleted by someone else, taken over after a restart) is noticed at the next
+// Extend, which fails with [ErrLockExpired]; under Using, at the next
+// automatic extension, at most ttl − threshold after the loss, when fn's
+// context is cancelled.
+//
+// Pass Release the ctx of the work, a request's included. A Release whose
+// ctx has already ended (the request's deadline passed during the work)
+// still makes one attempt, bounded by the node timeout; to give it a whole
+// retry window instead, pass context.WithoutCancel(ctx) with a timeout of
+// your own. Once a release has been sent, no handle is [Lock.Valid], even if
+// the release failed: its deletes may have landed. A failed Acquire returns
+// once what it wrote has been released on every node it reached (waiting at
+// most one node timeout). A process calls [Redlock.Close] before it exits,
+// and before closing the clients: Release returns at quorum, and Close waits
+// for the deletes still on their way to the other nodes.
 //
 // # Performance
 //
@@ -86,12 +97,18 @@
 //
 // Callers branch with [errors.Is]: [ErrResourceLocked] (the quorum was lost to
 // another holder), [ErrLockExpired] (the lock is no longer held),
-// [ErrInvalidArgument], and the context's error when ctx ended the call. A
-// quorum lost to node failures matches none of them. Failures of Acquire,
-// Extend and Release are [*ExecutionError] values with every attempt's
-// [ExecutionStats]: which nodes voted for, and each vote against as a
-// [*NodeError]. [WithErrorHandler] receives every vote against as it happens,
-// node-redlock's "error" event.
+// [ErrInvalidArgument] (bad input, refused before anything is sent, and on a
+// Cluster resources in different hash slots), and the context's error when
+// ctx ended the call. A quorum lost to node failures matches none of them.
+// Failures of Acquire, Extend and Release are [*ExecutionError] values whose
+// text says what happened ("held by another lock on 2 of 3 nodes (quorum
+// 2)", "no quorum: ...; node 2: no answer within 100ms (WithNodeTimeout)"),
+// with every attempt's [ExecutionStats]: which nodes voted for, and each vote
+// against as a [*NodeError]. Error replies that retrying cannot fix (NOAUTH,
+// WRONGPASS, NOPERM, a script refused by an ACL, WRONGTYPE, CROSSSLOT, an
+// unknown command, DENIED) end the call at once when they keep it from a
+// quorum, and the error says what to change. [WithErrorHandler] receives
+// every vote against as it happens, node-redlock's "error" event.
 //
 // # Guarantees and non-guarantees
 //
@@ -108,8 +125,8 @@
 // A redis.ClusterClient or FailoverClient counts as one node; a redis.Ring
 // is refused (it routes a script by its first key only). On a Cluster,
 // the resources of one lock must share a hash slot (a hash tag such as
-// "{orders}:1" and "{orders}:2"); otherwise the node answers CROSSSLOT and
-// votes against. Replication is asynchronous, so a failover can lose a lock
+// "{orders}:1" and "{orders}:2"); otherwise the call ends at once with an
+// error matching ErrInvalidArgument. Replication is asynchronous, so a failover can lose a lock
 // that was only on the old primary.
 //
 // # Waiting
@@ -118,9 +135,10 @@
 // resources was released (the release script publishes on
 // [ReleasedChannel]; on a Cluster, with sharded pub/sub in the resource's
 // slot), or at its retry delay, whichever comes first ([WithWakeOnRelease]).
-// The Acquires of one Redlock that wait for the same resources queue, first
-// come first served: an announcement wakes the longest waiter only, and a
-// newcomer joins the queue before its first attempt. The
+// The Acquires of one Redlock that wait for the same set of resources queue,
+// first come first served: an announcement wakes the longest waiter of each
+// set that includes the released resource, and a newcomer joins its set's
+// queue before its first attempt. The
 // Redlock subscribes on every node, one connection each (on a Cluster, one
 // per resource waited for), when an Acquire first has to wait;
 // [Redlock.Close] ends the subscriptions.
@@ -134,6 +152,14 @@
 // node, started by the first Acquire that waits; on a Cluster, one per
 // resource waited for, ended when its last waiter leaves) end with
 // [Redlock.Close]. The clients belong to the caller, who closes them.
+//
+// # Contributing
+//
+// CONTRIBUTING.md in the repository says which file holds what (redlock.go
+// the API and validation, retry.go the retry loop and its plans, quorum.go
+// the attempt and the vote, node.go the node, its lanes and breaker, wake.go
+// waiting, using.go Using) and how to run the tests, the safety harness and
+// the benchmarks.
 //
 // # From node-redlock
 //

@@ -131,6 +131,8 @@ type NodeTimeoutError struct {
 	// so the first attempts on a node that is down may not know it yet. It
 	// is kept for the text and not unwrapped.
 	Cause error
+
+	validity bool // Timeout was the lock's validity (ttl − drift), shorter than the node timeout
 }
 
 // Error implements the error interface.
@@ -139,12 +141,19 @@ func (e *NodeTimeoutError) Error() string {
 	if e.Shard != "" {
 		fmt.Fprintf(&b, "shard %s: ", e.Shard)
 	}
-	if e.CircuitOpen {
+	switch {
+	case e.CircuitOpen:
 		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
-	} else {
+	case e.validity:
+		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift, shorter than WithNodeTimeout)", e.Timeout)
+	default:
 		fmt.Fprintf(&b, "no answer within %v (WithNodeTimeout)", e.Timeout)
 	}
-	if e.Cause != nil && !errors.Is(e.Cause, context.DeadlineExceeded) {
+	switch {
+	case e.Cause == nil || errors.Is(e.Cause, context.DeadlineExceeded):
+	case isTimeout(e.Cause):
+		fmt.Fprintf(&b, "; the client gave up first: %v", e.Cause)
+	default:
 		fmt.Fprintf(&b, "; the client said: %v", e.Cause)
 	}
 	if e.CircuitOpen {
@@ -177,6 +186,7 @@ type ExecutionError struct {
 	refusal  *NodeError   // a node's refusal that ended the call
 	against  []*NodeError // the votes against of the attempt that reason describes
 	tries    int          // attempts made (Attempts keeps only the last with unlimited retries)
+	afterCtx bool         // a Release's one attempt after its ctx had ended
 	took     time.Duration
 }
 
@@ -185,6 +195,8 @@ func (e *ExecutionError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redlock: %s %q: ", e.Op, e.Resources)
 	switch {
+	case e.afterCtx:
+		fmt.Fprintf(&b, "ctx had ended (%v) before the release; the one attempt made after it: %s", e.ctxErr, e.reason)
 	case e.ctxErr != nil && e.tries == 0:
 		fmt.Fprintf(&b, "not attempted: %v", e.ctxErr)
 	case e.ctxErr != nil:

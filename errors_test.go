@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -261,5 +262,37 @@ func TestInvalidInputNamesTheRemedy(t *testing.T) {
 		s := onePrefix(t, c.err)
 		assert.ErrorIs(t, c.err, redlock.ErrInvalidArgument, name)
 		assert.Contains(t, s, c.want, name)
+	}
+}
+
+// fn's own error is kept whole when it carries the loss: wrapped, as a type
+// of its own, or joined with another error; the loss is said once.
+func TestUsingKeepsFnsOwnError(t *testing.T) {
+	f := newNodes(t, 3)
+	rollback := errors.New("rollback failed")
+	cases := map[string]func(cause error) error{
+		"wrapped": func(c error) error { return fmt.Errorf("fetching orders: %w", c) },
+		"joined":  func(c error) error { return errors.Join(c, rollback) },
+	}
+	for name, mk := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := "keep-" + name
+			var returned error
+			err := f.rl.Using(context.Background(), []string{key}, time.Second, func(ctx context.Context) error {
+				for i := range f.Nodes {
+					require.NoError(t, f.Peek[i].Del(context.Background(), key).Err())
+				}
+				<-ctx.Done()
+				returned = mk(context.Cause(ctx))
+				return returned
+			})
+			s := onePrefix(t, err)
+			assert.Equal(t, returned.Error(), s, "fn's error, as fn returned it")
+			assert.ErrorIs(t, err, redlock.ErrExtensionFailed)
+			assert.Equal(t, 1, strings.Count(s, "lost while fn ran"))
+			if name == "joined" {
+				assert.ErrorIs(t, err, rollback)
+			}
+		})
 	}
 }

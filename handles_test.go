@@ -322,3 +322,62 @@ func TestWakeStormEndsWithTheWindow(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
 	assert.NoError(t, wctx.Err(), "the waiter ran until its ctx ended (%v)", took)
 }
+
+// slowErrCtx is a ctx whose Err takes a while: a lane that asks it whether
+// a call is still worth sending is held between that check and the send,
+// as a preempted worker would be.
+type slowErrCtx struct{ context.Context }
+
+func (c slowErrCtx) Err() error { time.Sleep(3 * time.Millisecond); return c.Context.Err() }
+
+// A failed Acquire awaits the acquire a lane was about to send when the
+// attempt failed: its write (node 0 takes 20ms to get it) is released
+// before Acquire returns. It used to be missed when the lane checked the
+// call just before the attempt failed and sent it just after (20 of 87
+// failed try-locks left their write behind in a probe).
+func TestFailedAcquireAwaitsACallBeingSent(t *testing.T) {
+	p := newProxied(t, 3)
+	p.Proxies[0].SetLatency(20*time.Millisecond, 0)
+	ctx := context.Background()
+	p.set(t, 1, "{redlock}t", "other", 0)
+	p.set(t, 2, "{redlock}t", "other", 0)
+	left := 0
+	const tries = 40
+	for i := range tries {
+		// Keep node 0's lane busy, so that the try-lock's call to it is
+		// checked while the other nodes are already answering.
+		busy := make(chan struct{})
+		go func() {
+			defer close(busy)
+			l, err := p.rl.Acquire(ctx, []string{"{redlock}busy"}, time.Minute, redlock.WithRetryCount(0))
+			if err == nil {
+				_, _ = l.Release(ctx)
+			}
+		}()
+		time.Sleep(14*time.Millisecond + time.Duration(i%8)*time.Millisecond)
+		_, err := p.rl.Acquire(slowErrCtx{ctx}, []string{"{redlock}t"}, time.Minute, redlock.WithRetryCount(0))
+		require.ErrorIs(t, err, redlock.ErrResourceLocked)
+		if p.get(t, 0, "{redlock}t") != "" {
+			left++
+			_ = p.Peek[0].Del(ctx, "{redlock}t").Err()
+		}
+		<-busy
+	}
+	assert.Zero(t, left, "failed try-locks (of %d) whose write was on node 0 when they returned", tries)
+}
+
+// A failed try-lock with a short ttl waits for its cleanup no longer than
+// its attempt could wait (ttl − drift), not a whole node timeout: a write
+// on a hung node expires by itself by then.
+func TestShortTTLTryLockCleanupWaitIsBounded(t *testing.T) {
+	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
+	p.Proxies[0].Set(redistest.Hang)
+	p.set(t, 1, "{redlock}w", "other", 0)
+	p.set(t, 2, "{redlock}w", "other", 0)
+	start := time.Now()
+	_, err := p.rl.Acquire(context.Background(), []string{"{redlock}w"}, 50*time.Millisecond, redlock.WithRetryCount(0))
+	took := time.Since(start)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.Less(t, took, 500*time.Millisecond, "a 50ms try-lock with a hung node waited for its cleanup as if for a 1s node timeout")
+	p.Proxies[0].Heal()
+}

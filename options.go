@@ -92,7 +92,13 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithRetryCount sets how many times a failed attempt is retried: 0 means a
-// single attempt, -1 means retry until ctx ends. Default: 10.
+// single attempt (a try-lock), -1 means retry until ctx ends. Default: 10.
+//
+// With n > 0, an Acquire tries for a window of n × the retry delay (default
+// 10 × 200ms = 2s): a retry that a release announcement woke early
+// ([WithWakeOnRelease]) does not count against n within that window, and
+// does past it. An error that retrying cannot fix (a wrong password, an ACL,
+// resources in different Cluster slots) ends the call at once.
 func WithRetryCount(n int) Option {
 	return func(c *config) { c.retryCount = n }
 }

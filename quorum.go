@@ -147,7 +147,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		case <-timer.C:
 			for i := range n {
 				if !as.nodes[i].voted.Load() {
-					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.keys[0]).lastCause()})
+					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.keys[0]).lastCause(), validity: timeout < cfg.nodeTimeout})
 				}
 			}
 		case <-done:
@@ -182,26 +182,40 @@ func (as *attemptState) vote(i int, err error) {
 // cleaning.
 func (as *attemptState) sending(i int) bool {
 	nc := &as.nodes[i]
-	if as.op != OpRelease {
-		var why error
-		switch out := as.outcome.Load(); {
-		case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
-			nc.voted.Store(true) // nobody waits for this vote any more
-			nc.state.Store(callSkipped)
-			return false
-		case as.ctx.Err() != nil:
-			why = as.ctx.Err()
-		case !time.Now().Before(as.deadline):
-			why = &NodeTimeoutError{Timeout: as.timeout}
-		}
-		if why != nil {
-			nc.state.Store(callSkipped)
-			as.vote(i, why)
-			return false
-		}
-	}
+	// Sent until shown otherwise, before the checks: releaseWrites sets
+	// the failed flag before it reads the states, so either this sees the
+	// flag and skips, or releaseWrites sees the call as sent and awaits it.
 	nc.state.Store(callSent)
+	if as.op == OpRelease {
+		return true
+	}
+	var why error
+	switch out := as.outcome.Load(); {
+	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
+		nc.voted.Store(true) // nobody waits for this vote any more
+		as.skip(i)
+		return false
+	case as.ctx.Err() != nil:
+		why = as.ctx.Err()
+	case !time.Now().Before(as.deadline):
+		why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
+	}
+	if why != nil {
+		as.skip(i)
+		as.vote(i, why)
+		return false
+	}
 	return true
+}
+
+// skip records that node i's call is not sent after all: it wrote nothing,
+// and a cleanup that counted it as pending stops waiting for it.
+func (as *attemptState) skip(i int) {
+	nc := &as.nodes[i]
+	nc.state.Store(callSkipped)
+	if nc.awaited.Swap(false) {
+		as.cleanup.pending.done()
+	}
 }
 
 // answer takes node i's answer (or, for a call never sent, the reason), and

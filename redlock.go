@@ -325,7 +325,7 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 		}
 		if ended != nil && o.err.ctxErr == nil {
 			o.err.ctxErr = ended
-			o.err.reason = "one attempt after ctx had ended: " + o.err.reason
+			o.err.afterCtx = true
 		}
 		return nil, o.err
 	}

@@ -95,6 +95,15 @@ type outcome struct {
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	var o outcome
 	start := time.Now()
+	// Each attempt waits for the nodes for at most the node timeout, and
+	// never past the validity of the ttl it writes (an answer after that
+	// could not be used); a failed Acquire waits as long for its cleanup.
+	timeout := cfg.nodeTimeout
+	var d time.Duration
+	if p.ttl > 0 {
+		d = drift(cfg.driftFactor, p.ttl)
+		timeout = min(timeout, p.ttl-d)
+	}
 	tries := 0
 	var cleaning *cleanup // the last failed attempt's release of its writes
 	fail := func(e *ExecutionError) outcome {
@@ -103,9 +112,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		// A failed Acquire returns once its cleanup has been answered (by
 		// the nodes that answered the acquire, within a node timeout), as
 		// node-redlock does: a process that exits right after leaves
-		// nothing behind. A call cut short by ctx does not wait.
+		// nothing behind (on nodes whose round trip takes less than half
+		// the wait). A call cut short by ctx does not wait.
 		if cleaning != nil && ctx.Err() == nil {
-			cleaning.await(ctx, cfg.nodeTimeout)
+			cleaning.await(ctx, timeout)
 		}
 		return o
 	}
@@ -123,10 +133,6 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	waits := p.waits && cfg.wake && cfg.retryCount != 0
 	var wake *waiter
 	defer func() { r.unregister(wake, o.win != nil) }()
-	var d time.Duration
-	if p.ttl > 0 {
-		d = drift(cfg.driftFactor, p.ttl)
-	}
 	// A call that may wait queues behind this Redlock's waiters for the same
 	// resources, when there are any, before its first attempt: trying at
 	// once would jump the queue, and could split the nodes with the head's
@@ -146,11 +152,6 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// A fresh slice: the previous attempt's calls may still read theirs.
 			o.value = randomValue()
 			p.args = []any{o.value, p.args[1]}
-		}
-		timeout := cfg.nodeTimeout
-		if p.ttl > 0 {
-			// An answer after the validity is over could not be used.
-			timeout = min(timeout, p.ttl-d)
 		}
 		tries++
 		st, as := r.attempt(ctx, cfg, p, timeout)

@@ -90,10 +90,10 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		if p != nil {
 			panic(p)
 		}
-		if err != nil && ext.err != nil && errors.Is(err, ext.err) {
-			// fn returned context.Cause(ctx), as it should: say it once.
-			err = ext.err
-		} else {
+		if err == nil || !errors.Is(err, ext.err) {
+			// fn's error, when it already carries the loss (it returned
+			// context.Cause(ctx), as it should, or wrapped it), is kept as
+			// it is: the loss is said once.
 			err = join(err, ext.err)
 		}
 		err = join(err, relErr)

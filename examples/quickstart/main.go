@@ -48,12 +48,12 @@ func run(addrList string) error {
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	fmt.Printf("acquired %v on %d of %d nodes, valid for %v\n",
-		lock.Resources(), len(lock.Attempts()[0].VotesFor), rl.Nodes(), time.Until(lock.Expiration()).Round(time.Millisecond))
+	fmt.Printf("acquired %v on a quorum (%d of %d nodes), valid for %v\n",
+		lock.Resources(), rl.Quorum(), rl.Nodes(), time.Until(lock.Expiration()).Round(time.Millisecond))
 
 	// Someone else (here: the same process, with no retries) cannot have it.
 	_, err = rl.Acquire(ctx, resources, 5*time.Second, redlock.WithRetryCount(0))
-	fmt.Printf("a second acquire fails: locked=%v (%v)\n", errors.Is(err, redlock.ErrResourceLocked), err)
+	fmt.Printf("a second acquire fails, as it should: errors.Is(err, redlock.ErrResourceLocked) = %v\n  %v\n", errors.Is(err, redlock.ErrResourceLocked), err)
 
 	// Extending returns a new Lock; the old one is spent.
 	lock, err = lock.Extend(ctx, 10*time.Second)

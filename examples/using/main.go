@@ -64,7 +64,9 @@ func run(addrList string) error {
 	// Job 2: someone overwrites the lock's keys on every node mid-way.
 	err = rl.Using(ctx, []string{"using:job2"}, ttl, func(ctx context.Context) error {
 		for _, c := range clients {
-			c.Set(ctx, "using:job2", "somebody-else", 0)
+			// With a ttl of its own, as a real holder's: a second run of
+			// this demo on the same nodes finds the key gone.
+			c.Set(ctx, "using:job2", "somebody-else", ttl)
 		}
 		fmt.Println("job 2: the lock's keys were overwritten by another client")
 		select {

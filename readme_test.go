@@ -1,0 +1,53 @@
+package redlock_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Every Go block in README.md is a whole file that compiles and passes go
+// vet against this module: each is written to a package of its own under
+// testdata (which ./... patterns skip) and vetted there.
+func TestReadmeGoBlocksCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) < 2 {
+		t.Fatalf("found %d Go blocks in README.md; expected the first snippet and Using's", len(blocks))
+	}
+	dir, err := os.MkdirTemp("testdata", "readme-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	args := []string{"vet"}
+	for i, b := range blocks {
+		src := b[1]
+		if !strings.HasPrefix(src, "package ") {
+			t.Errorf("README Go block %d does not start with a package clause: a block must be a whole file:\n%s", i+1, src)
+			continue
+		}
+		pkg := filepath.Join(dir, "block"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pkg, "main.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "./"+filepath.ToSlash(pkg))
+	}
+	out, err := exec.Command("go", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
