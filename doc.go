@@ -79,8 +79,10 @@
 // retry window instead, pass context.WithoutCancel(ctx) with a timeout of
 // your own. Once a release has been sent, no handle is [Lock.Valid], even if
 // the release failed: its deletes may have landed. A failed Acquire returns
-// once what it wrote has been released on every node it reached (waiting at
-// most one node timeout). A process calls [Redlock.Close] before it exits,
+// once what it wrote has been released on every node it reached, waiting at
+// most its attempt's timeout (the node timeout, or ttl − drift when
+// shorter; a node whose round trip is over about half of that gets its
+// release just after). A process calls [Redlock.Close] before it exits,
 // and before closing the clients: Release returns at quorum, and Close waits
 // for the deletes still on their way to the other nodes.
 //
