@@ -270,6 +270,10 @@ type refusal struct {
 	badInput bool   // the caller's request: matches ErrInvalidArgument
 }
 
+// aclRemedy is what to do about an ACL that forbids what a lock runs.
+const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
+	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"
+
 // refusals are the error replies that end a call at once when they keep it
 // from a quorum. Replies that a failover, a restart or time can change
 // (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY, OOM, MISCONF,
@@ -277,12 +281,8 @@ type refusal struct {
 var refusals = []refusal{
 	{prefix: "NOAUTH", what: "the node requires a password: set Password (and Username, for an ACL user) in the client's options"},
 	{prefix: "WRONGPASS", what: "the client's Username or Password is wrong for this node, or the user is disabled"},
-	{prefix: "NOPERM", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
-	{prefix: "ERR ACL failure in script", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
-	{prefix: "ERR The user executing the script can't run this command", what: "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-		"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"},
+	{prefix: "NOPERM", what: aclRemedy},
+	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
 	{prefix: "WRONGTYPE", what: "a resource names a key that holds other data: give locks keys of their own (a prefix such as \"lock:\")"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},

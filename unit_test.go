@@ -289,3 +289,30 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	assert.False(t, mr.Exists("a"))
 	assert.True(t, mr.Exists("b"))
 }
+
+// replyErr is an error reply, as go-redis gives it.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// The replies not produced on a real node in errors_test.go (the server
+// would have to be configured to give them) are classed as refusals too;
+// replies a failover or time can change are retried.
+func TestRefusalClasses(t *testing.T) {
+	for _, msg := range []string{"ERR unknown command 'evalsha', with args beginning with: ", "DENIED Redis is running in protected mode"} {
+		rl := newFake(t, []*redistest.Fake{{Err: replyErr(msg)}}, WithRetryCount(5), WithRetryDelay(time.Millisecond))
+		_, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
+		var ee *ExecutionError
+		require.ErrorAs(t, err, &ee)
+		assert.Len(t, ee.Attempts, 1, msg)
+		assert.Contains(t, err.Error(), "retrying cannot fix", msg)
+	}
+	for _, msg := range []string{"READONLY You can't write against a read only replica.", "LOADING Redis is loading the dataset in memory", "CLUSTERDOWN The cluster is down", "BUSY Redis is busy running a script"} {
+		rl := newFake(t, []*redistest.Fake{{Err: replyErr(msg)}}, WithRetryCount(2), WithRetryDelay(time.Millisecond))
+		_, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
+		var ee *ExecutionError
+		require.ErrorAs(t, err, &ee)
+		assert.Len(t, ee.Attempts, 3, msg)
+	}
+}
