@@ -159,7 +159,7 @@ func TestBadInputCampaign(t *testing.T) {
 	assert.Zero(t, sent.Load(), "commands sent to Redis by bad calls")
 	assert.Zero(t, otherSent.Load(), "commands sent to the other Redlock's node by bad calls")
 	for i := range 3 {
-		assert.Zero(t, c.dbsize(t, i), "DBSIZE on node %d", i)
+		assert.Zero(t, c.DBSize(t, i), "DBSIZE on node %d", i)
 	}
 	assert.True(t, foreign.Valid(), "bad calls left the foreign lock alone")
 	t.Logf("bad-input campaign: %d calls, all refused with ErrInvalidArgument, nothing sent", len(calls))

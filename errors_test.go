@@ -239,29 +239,20 @@ func TestUsingLostLockSaidOnce(t *testing.T) {
 func TestInvalidInputNamesTheRemedy(t *testing.T) {
 	f := newNodes(t, 1)
 	ctx := context.Background()
-	cases := map[string]struct {
+	_, ttlErr := f.rl.Acquire(ctx, []string{"k"}, 1500*time.Microsecond)
+	_, optErr := f.rl.Acquire(ctx, []string{"k"}, time.Second, redlock.WithNodeTimeout(0))
+	usingErr := f.rl.Using(ctx, []string{"k"}, 500*time.Millisecond, func(context.Context) error { return nil })
+	for _, c := range []struct {
 		err  error
 		want string
-	}{}
-	_, err := f.rl.Acquire(ctx, []string{"k"}, 1500*time.Microsecond)
-	cases["ttl"] = struct {
-		err  error
-		want string
-	}{err, "Round(time.Millisecond)"}
-	_, err = f.rl.Acquire(ctx, []string{"k"}, time.Second, redlock.WithNodeTimeout(0))
-	cases["node timeout"] = struct {
-		err  error
-		want string
-	}{err, "(WithNodeTimeout)"}
-	err = f.rl.Using(ctx, []string{"k"}, 500*time.Millisecond, func(context.Context) error { return nil })
-	cases["using ttl"] = struct {
-		err  error
-		want string
-	}{err, "WithAutomaticExtensionThreshold"}
-	for name, c := range cases {
+	}{
+		{ttlErr, "Round(time.Millisecond)"},
+		{optErr, "(WithNodeTimeout)"},
+		{usingErr, "WithAutomaticExtensionThreshold"},
+	} {
 		s := onePrefix(t, c.err)
-		assert.ErrorIs(t, c.err, redlock.ErrInvalidArgument, name)
-		assert.Contains(t, s, c.want, name)
+		assert.ErrorIs(t, c.err, redlock.ErrInvalidArgument, s)
+		assert.Contains(t, s, c.want)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestExtendAndReleaseOfOneHandle(t *testing.T) {
 		}
 		held := 0
 		for n := range 3 {
-			if c.get(t, n, key) == lock.Value() {
+			if c.Get(t, n, key) == lock.Value() {
 				held++
 			}
 		}
@@ -116,11 +116,11 @@ func TestFailedAcquireReturnsAfterItsCleanup(t *testing.T) {
 	left := 0
 	for i := range 20 {
 		key := fmt.Sprintf("{redlock}fail%d", i)
-		p.set(t, 1, key, "another", time.Minute)
-		p.set(t, 2, key, "another", time.Minute)
+		p.Set(t, 1, key, "another", time.Minute)
+		p.Set(t, 2, key, "another", time.Minute)
 		_, err := p.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(0))
 		require.ErrorIs(t, err, redlock.ErrResourceLocked)
-		if p.get(t, 0, key) != "" {
+		if p.Get(t, 0, key) != "" {
 			left++
 		}
 	}
@@ -339,8 +339,8 @@ func TestFailedAcquireAwaitsACallBeingSent(t *testing.T) {
 	p := newProxied(t, 3)
 	p.Proxies[0].SetLatency(20*time.Millisecond, 0)
 	ctx := context.Background()
-	p.set(t, 1, "{redlock}t", "other", 0)
-	p.set(t, 2, "{redlock}t", "other", 0)
+	p.Set(t, 1, "{redlock}t", "other", 0)
+	p.Set(t, 2, "{redlock}t", "other", 0)
 	left := 0
 	const tries = 40
 	for i := range tries {
@@ -357,7 +357,7 @@ func TestFailedAcquireAwaitsACallBeingSent(t *testing.T) {
 		time.Sleep(14*time.Millisecond + time.Duration(i%8)*time.Millisecond)
 		_, err := p.rl.Acquire(slowErrCtx{ctx}, []string{"{redlock}t"}, time.Minute, redlock.WithRetryCount(0))
 		require.ErrorIs(t, err, redlock.ErrResourceLocked)
-		if p.get(t, 0, "{redlock}t") != "" {
+		if p.Get(t, 0, "{redlock}t") != "" {
 			left++
 			_ = p.Peek[0].Del(ctx, "{redlock}t").Err()
 		}
@@ -372,8 +372,8 @@ func TestFailedAcquireAwaitsACallBeingSent(t *testing.T) {
 func TestShortTTLTryLockCleanupWaitIsBounded(t *testing.T) {
 	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
 	p.Proxies[0].Set(redistest.Hang)
-	p.set(t, 1, "{redlock}w", "other", 0)
-	p.set(t, 2, "{redlock}w", "other", 0)
+	p.Set(t, 1, "{redlock}w", "other", 0)
+	p.Set(t, 2, "{redlock}w", "other", 0)
 	start := time.Now()
 	_, err := p.rl.Acquire(context.Background(), []string{"{redlock}w"}, 50*time.Millisecond, redlock.WithRetryCount(0))
 	took := time.Since(start)

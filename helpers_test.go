@@ -62,16 +62,6 @@ func warm(t testing.TB, rl *redlock.Redlock) {
 	require.NoError(t, err)
 }
 
-func (f *fixture) get(t testing.TB, i int, key string) string { return f.Get(t, i, key) }
-
-func (f *fixture) pttl(t testing.TB, i int, key string) time.Duration { return f.PTTL(t, i, key) }
-
-func (f *fixture) set(t testing.TB, i int, key, value string, ttl time.Duration) {
-	f.Set(t, i, key, value, ttl)
-}
-
-func (f *fixture) dbsize(t testing.TB, i int) int64 { return f.DBSize(t, i) }
-
 // within returns a context that ends after d, to bound a call that must not
 // hang; the test checks ctx.Err() to tell the bound from the call's own end.
 func within(t *testing.T, d time.Duration) context.Context {

@@ -322,9 +322,9 @@ func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Eventually(t, func() bool { return p.dbsize(t, 0) == 0 }, 5*time.Second, 10*time.Millisecond,
+	assert.Eventually(t, func() bool { return p.DBSize(t, 0) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"node 0 still holds writes of failed attempts (ttl 1 minute)")
-	t.Logf("keys left on node 0: %d", p.dbsize(t, 0))
+	t.Logf("keys left on node 0: %d", p.DBSize(t, 0))
 	p.Proxies[1].Heal()
 	p.Proxies[2].Heal()
 }
@@ -341,7 +341,7 @@ func TestLateWriteOfFailedAttemptIsReleased(t *testing.T) {
 		_, err := p.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}late%d", i)}, time.Minute, redlock.WithRetryCount(0))
 		require.Error(t, err, "Acquire %d with 2 of 3 nodes partitioned", i)
 	}
-	assert.Eventually(t, func() bool { return p.dbsize(t, 0) == 0 }, 3*time.Second, 10*time.Millisecond,
+	assert.Eventually(t, func() bool { return p.DBSize(t, 0) == 0 }, 3*time.Second, 10*time.Millisecond,
 		"node 0 still holds writes of failed attempts (ttl 1 minute)")
 	p.Proxies[1].Heal()
 	p.Proxies[2].Heal()
@@ -370,7 +370,7 @@ func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
 		lock, err := p.rl.Acquire(ctx, []string{"{redlock}rel"}, time.Minute)
 		require.NoError(t, err)
 		for n := range 3 { // the premise: every node holds it (a quorum answered)
-			require.Eventually(t, func() bool { return p.get(t, n, "{redlock}rel") == lock.Value() }, time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return p.Get(t, n, "{redlock}rel") == lock.Value() }, time.Second, time.Millisecond)
 		}
 		p.Proxies[2].Set(redistest.Hang)
 		p.Nodes[1].Pause()
@@ -472,7 +472,7 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 	}
 	require.NoError(t, p.rl.Close())
 	for i := range 5 {
-		assert.Equal(t, "", p.get(t, 2, fmt.Sprintf("{redlock}closing%d", i)), "the slow node still holds lock %d after Release and Close", i)
+		assert.Equal(t, "", p.Get(t, 2, fmt.Sprintf("{redlock}closing%d", i)), "the slow node still holds lock %d after Release and Close", i)
 	}
 }
 
@@ -537,7 +537,7 @@ func TestCloseSendsHeldReleases(t *testing.T) {
 	ctx := context.Background()
 	lock, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, 30*time.Second)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return p.get(t, 2, "{redlock}held") == lock.Value() }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.Get(t, 2, "{redlock}held") == lock.Value() }, time.Second, time.Millisecond)
 	p.Proxies[2].Set(redistest.Partition)
 	_, err = lock.Release(ctx)
 	require.NoError(t, err, "Release at quorum")
@@ -548,5 +548,5 @@ func TestCloseSendsHeldReleases(t *testing.T) {
 	require.NoError(t, p.rl.Close())
 	// Sent at once, not at its next retry (one node timeout later).
 	assert.Less(t, time.Since(begin), time.Second, "Close waited for the held release's retry")
-	assert.Equal(t, "", p.get(t, 2, "{redlock}held"), "node 2 still holds the lock after Release and Close")
+	assert.Equal(t, "", p.Get(t, 2, "{redlock}held"), "node 2 still holds the lock after Release and Close")
 }

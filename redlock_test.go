@@ -30,7 +30,7 @@ func assertHeld(t *testing.T, c *fixture, nodes []int, keys []string, value stri
 			var v string
 			var p time.Duration
 			ok := assert.Eventually(t, func() bool {
-				v, p = c.get(t, i, k), c.pttl(t, i, k)
+				v, p = c.Get(t, i, k), c.PTTL(t, i, k)
 				return v == value && p > ttl-5*time.Second && p <= ttl
 			}, 2*time.Second, time.Millisecond)
 			if !ok {
@@ -162,7 +162,7 @@ func TestLocksAreExclusive(t *testing.T) {
 	// must hold it, and no node may hold the loser's value.
 	holding := 0
 	for i := range 3 {
-		switch v := c.get(t, i, "{redlock}x"); v {
+		switch v := c.Get(t, i, "{redlock}x"); v {
 		case held.Value():
 			holding++
 		case "":
@@ -189,7 +189,7 @@ func TestOverlappingMultiLocks(t *testing.T) {
 	// no node once the failed attempts' cleanup has landed.
 	holding := 0
 	for i := range 3 {
-		if c.get(t, i, "{redlock}c1") == held.Value() && c.get(t, i, "{redlock}c2") == held.Value() {
+		if c.Get(t, i, "{redlock}c1") == held.Value() && c.Get(t, i, "{redlock}c2") == held.Value() {
 			holding++
 		}
 		c.gone(t, i, "{redlock}c3")
@@ -208,23 +208,23 @@ func TestOverlappingMultiLocks(t *testing.T) {
 func TestMinorityFails(t *testing.T) {
 	c := newNodes(t, 3)
 	ctx := context.Background()
-	c.set(t, 2, "{redlock}b", "other", 0)
+	c.Set(t, 2, "{redlock}b", "other", 0)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}b"}, long)
 	require.NoError(t, err)
 	assertHeld(t, c, []int{0, 1}, []string{"{redlock}b"}, lock.Value(), long)
-	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
-	assert.Equal(t, time.Duration(-1), c.pttl(t, 2, "{redlock}b"))
+	assert.Equal(t, "other", c.Get(t, 2, "{redlock}b"))
+	assert.Equal(t, time.Duration(-1), c.PTTL(t, 2, "{redlock}b"))
 
 	lock, err = lock.Extend(ctx, 3*long)
 	require.NoError(t, err)
 	assertHeld(t, c, []int{0, 1}, []string{"{redlock}b"}, lock.Value(), 3*long)
-	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
+	assert.Equal(t, "other", c.Get(t, 2, "{redlock}b"))
 
 	_, err = lock.Release(ctx)
 	require.NoError(t, err)
 	c.gone(t, 0, "{redlock}b")
 	c.gone(t, 1, "{redlock}b")
-	assert.Equal(t, "other", c.get(t, 2, "{redlock}b"))
+	assert.Equal(t, "other", c.Get(t, 2, "{redlock}b"))
 }
 
 // node-redlock §9 case 12: a majority held by others; the cleanup removes
@@ -237,8 +237,8 @@ func TestMajorityFails(t *testing.T) {
 		reported = append(reported, err)
 		mu.Unlock()
 	}))...)
-	c.set(t, 1, "{redlock}c", "other1", 0)
-	c.set(t, 2, "{redlock}c", "other2", 0)
+	c.Set(t, 1, "{redlock}c", "other1", 0)
+	c.Set(t, 2, "{redlock}c", "other2", 0)
 	_, err := c.rl.Acquire(context.Background(), []string{"{redlock}c"}, long)
 	require.ErrorIs(t, err, redlock.ErrResourceLocked)
 	var ee *redlock.ExecutionError
@@ -251,8 +251,8 @@ func TestMajorityFails(t *testing.T) {
 		}
 	}
 	c.gone(t, 0, "{redlock}c") // the cleanup
-	assert.Equal(t, "other1", c.get(t, 1, "{redlock}c"))
-	assert.Equal(t, "other2", c.get(t, 2, "{redlock}c"))
+	assert.Equal(t, "other1", c.Get(t, 1, "{redlock}c"))
+	assert.Equal(t, "other2", c.Get(t, 2, "{redlock}c"))
 
 	// Every vote against reached the handler, each as a *NodeError. Late
 	// votes of the cleanup may still be on their way.
@@ -281,7 +281,12 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 	require.NoError(t, err)
 	l := awaitLock(t, got, fail, 10*time.Second, "waiting Acquire did not get the lock after it was released")
 	assert.NotEqual(t, held.Value(), l.Value())
-	assertHeld(t, c, allNodes(3), []string{"{redlock}d"}, l.Value(), time.Minute)
+	// The nodes that voted for hold it. A third node may have answered
+	// "held" before the release's delete reached it, as the waiter's
+	// attempt can win at quorum first.
+	won := l.Attempts()[len(l.Attempts())-1].VotesFor
+	assert.GreaterOrEqual(t, len(won), 2)
+	assertHeld(t, c, won, []string{"{redlock}d"}, l.Value(), time.Minute)
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
 }
@@ -290,7 +295,7 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 // for ever here).
 func TestEvenSplitDoesNotHang(t *testing.T) {
 	c := newNodes(t, 2)
-	c.set(t, 1, "{redlock}s", "other", 0)
+	c.Set(t, 1, "{redlock}s", "other", 0)
 	ctx := within(t, 10*time.Second)
 	_, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long, redlock.WithRetryCount(0))
 	require.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire on a 1:1 split")
@@ -307,8 +312,8 @@ func TestEvenSplitDoesNotHang(t *testing.T) {
 // because a failed attempt releases what it wrote.
 func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
 	c := newNodes(t, 3)
-	c.set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
-	c.set(t, 2, "{redlock}o", "other", 0)                    // never frees up
+	c.Set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
+	c.Set(t, 2, "{redlock}o", "other", 0)                    // never frees up
 	lock, err := c.rl.Acquire(within(t, 10*time.Second), []string{"{redlock}o"}, long,
 		redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
 	require.NoError(t, err, "Acquire after attempt 1 won node 1 only")
@@ -349,7 +354,7 @@ func TestStolenLockEndsAtOnce(t *testing.T) {
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
 	require.NoError(t, err)
 	for i := range 3 {
-		c.set(t, i, "{redlock}x", "thief", 0)
+		c.Set(t, i, "{redlock}x", "thief", 0)
 	}
 	_, err = lock.Extend(ctx, long, redlock.WithRetryCount(-1))
 	require.ErrorIs(t, err, redlock.ErrLockExpired, "Extend(stolen)")
@@ -360,7 +365,7 @@ func TestStolenLockEndsAtOnce(t *testing.T) {
 	_, err = lock.Release(ctx, redlock.WithRetryCount(-1))
 	require.ErrorIs(t, err, redlock.ErrLockExpired, "Release(stolen)")
 	for i := range 3 {
-		assert.Equal(t, "thief", c.get(t, i, "{redlock}x"), "node %d: release must not delete another holder's key", i)
+		assert.Equal(t, "thief", c.Get(t, i, "{redlock}x"), "node %d: release must not delete another holder's key", i)
 	}
 }
 
@@ -471,7 +476,7 @@ func TestContextEndsCall(t *testing.T) {
 	// A ctx that has already ended sends nothing.
 	_, err = c.rl.Acquire(ctx, []string{"{redlock}other"}, long)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, "", c.get(t, 0, "{redlock}other"))
+	assert.Equal(t, "", c.Get(t, 0, "{redlock}other"))
 	// A Release with an ended ctx still makes one attempt (the deferred
 	// Release behind a request deadline).
 	_, err = held.Release(ctx)
@@ -642,7 +647,7 @@ func TestBatchedCalls(t *testing.T) {
 				if !assert.NoError(t, err, "Acquire(%s)", key) {
 					return
 				}
-				assert.Equal(t, l.Value(), c.get(t, l.Attempts()[len(l.Attempts())-1].VotesFor[0], key))
+				assert.Equal(t, l.Value(), c.Get(t, l.Attempts()[len(l.Attempts())-1].VotesFor[0], key))
 				_, err = l.Release(context.Background())
 				assert.NoError(t, err, "Release(%s)", key)
 				done.Add(1)

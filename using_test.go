@@ -40,7 +40,7 @@ func TestUsingExtends(t *testing.T) {
 		for deadline := time.Now().Add(100 * time.Millisecond); ; {
 			holders, value = holders[:0], ""
 			for i := range 3 {
-				if v := c.get(t, i, "{redlock}u"); len(v) == 32 {
+				if v := c.Get(t, i, "{redlock}u"); len(v) == 32 {
 					holders, value = append(holders, i), v
 				}
 			}
@@ -55,8 +55,8 @@ func TestUsingExtends(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			if time.Since(begin) > usingTTL+50*time.Millisecond {
 				for _, i := range holders {
-					assert.Equal(t, value, c.get(t, i, "{redlock}u"), "node %d still holds the lock", i)
-					maxPTTLAfterTTL = max(maxPTTLAfterTTL, c.pttl(t, i, "{redlock}u"))
+					assert.Equal(t, value, c.Get(t, i, "{redlock}u"), "node %d still holds the lock", i)
+					maxPTTLAfterTTL = max(maxPTTLAfterTTL, c.PTTL(t, i, "{redlock}u"))
 				}
 			}
 			if ctx.Err() != nil {
@@ -92,8 +92,8 @@ func TestUsingStolen(t *testing.T) {
 	c := newNodes(t, 3)
 	var cause error
 	err := c.rl.Using(context.Background(), []string{"{redlock}st"}, usingTTL, func(ctx context.Context) error {
-		c.set(t, 0, "{redlock}st", "thief", 0)
-		c.set(t, 1, "{redlock}st", "thief", 0)
+		c.Set(t, 0, "{redlock}st", "thief", 0)
+		c.Set(t, 1, "{redlock}st", "thief", 0)
 		waitCancelled(t, ctx, 2*usingTTL)
 		cause = context.Cause(ctx)
 		return nil
@@ -101,7 +101,7 @@ func TestUsingStolen(t *testing.T) {
 	assert.ErrorIs(t, cause, redlock.ErrExtensionFailed, "context.Cause")
 	assert.ErrorIs(t, cause, redlock.ErrLockExpired, "context.Cause wraps why")
 	assert.ErrorIs(t, err, redlock.ErrExtensionFailed, "Using")
-	assert.Equal(t, "thief", c.get(t, 0, "{redlock}st"), "the release must not touch the thief's keys")
+	assert.Equal(t, "thief", c.Get(t, 0, "{redlock}st"), "the release must not touch the thief's keys")
 }
 
 // A majority of nodes killed mid-fn: the lock cannot be extended, fn's ctx
@@ -276,7 +276,7 @@ func TestUsingValidationAndAcquireFailure(t *testing.T) {
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v", "{redlock}v"}, time.Second, fn), redlock.ErrInvalidArgument, "duplicate resources")
 	assert.ErrorIs(t, c.rl.Using(ctx, []string{"{redlock}v"}, time.Second, fn, redlock.WithAutomaticExtensionThreshold(-1)), redlock.ErrInvalidArgument, "negative threshold")
 	for i := range 3 {
-		assert.Zero(t, c.dbsize(t, i))
+		assert.Zero(t, c.DBSize(t, i))
 	}
 	assert.False(t, ran)
 	assert.NoError(t, c.rl.Using(ctx, []string{"{redlock}v"}, 600*time.Millisecond, fn), "ttl = 500ms + 100ms")
