@@ -163,3 +163,23 @@ func TestClusterShardedWake(t *testing.T) {
 		assert.Error(t, err, "node %d: nothing on the classic channel, got %v", i, msg)
 	}
 }
+
+// Fenced locks on a Cluster: each resource's counter is in its slot, so the
+// scripts that take a resource and its counter together are accepted, for
+// hash-tagged resources, plain ones and ones with odd braces alike.
+func TestClusterFencedLocks(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	rl, _ := clusterRedlock(t, nodes, nil)
+	ctx := context.Background()
+	for _, res := range [][]string{{"{orders}:1", "{orders}:2"}, {"plain"}, {"a}b"}, {"{}x}"}, {"x{y"}} {
+		for want := uint64(1); want <= 3; want++ {
+			l, err := rl.Acquire(ctx, res, time.Minute, redlock.WithFencing(true))
+			require.NoError(t, err, "fenced Acquire(%q) on a Cluster", res)
+			assert.Equal(t, want, l.Token(), "%q", res)
+			l, err = l.Extend(ctx, time.Minute)
+			require.NoError(t, err)
+			_, err = l.Release(ctx)
+			require.NoError(t, err)
+		}
+	}
+}

@@ -40,14 +40,18 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
-// Op names one of the three operations the engine runs on every node.
+// Op names one of the operations the engine runs on every node.
 type Op string
 
 // The operations, as they appear in [NodeError] and [ExecutionError].
+// OpFence is the second round of a fenced Acquire (see [WithFencing]), the
+// write-back of its token; it appears in NodeErrors only, the Acquire's
+// ExecutionError says OpAcquire.
 const (
 	OpAcquire Op = "acquire"
 	OpExtend  Op = "extend"
 	OpRelease Op = "release"
+	OpFence   Op = "fence"
 )
 
 // ResourceLockedError is a node's vote against when its script ran but did
@@ -256,6 +260,10 @@ func tally(op Op, st ExecutionStats, held int) string {
 		return fmt.Sprintf("held by another lock on %d of %d nodes (quorum %d)", held, n, q)
 	case held > n-q:
 		return fmt.Sprintf("no longer held: the lock's value is gone from %d of %d nodes (quorum %d)", held, n, q)
+	case st.token != 0 && st.Late:
+		return fmt.Sprintf("fencing token %d was written back on a quorum only after the lock's validity had passed (%d of %d nodes)", st.token, len(st.VotesFor), n)
+	case st.token != 0:
+		return fmt.Sprintf("fencing token %d was written back on %d of %d nodes, %d needed", st.token, len(st.VotesFor), n, q)
 	case st.Late:
 		return fmt.Sprintf("a quorum voted for only after the lock's validity had passed (%d of %d nodes)", len(st.VotesFor), n)
 	}
@@ -272,7 +280,8 @@ type refusal struct {
 
 // aclRemedy is what to do about an ACL that forbids what a lock runs.
 const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys"
+	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys (and, with WithFencing, " +
+	"GET and SET on its counters, " + fencePrefix + "*)"
 
 // refusals are the error replies that end a call at once when they keep it
 // from a quorum. Replies that a failover, a restart or time can change
@@ -283,7 +292,10 @@ var refusals = []refusal{
 	{prefix: "WRONGPASS", what: "the client's Username or Password is wrong for this node, or the user is disabled"},
 	{prefix: "NOPERM", what: aclRemedy},
 	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
-	{prefix: "WRONGTYPE", what: "a resource names a key that holds other data: give locks keys of their own (a prefix such as \"lock:\")"},
+	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + fencePrefix + "{...}:resource) names a key that holds other data: " +
+		"give locks keys of their own (a prefix such as \"lock:\")"},
+	{prefix: badCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
+		"and never write to " + fencePrefix + "* keys"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
 	{prefix: "ERR unknown command", what: "the node does not run Lua scripts (EVALSHA or EVAL renamed or disabled), which redlock needs"},

@@ -26,7 +26,7 @@ func onePrefix(t *testing.T, err error) string {
 	t.Helper()
 	require.Error(t, err)
 	s := err.Error()
-	assert.Equal(t, 1, strings.Count(s, "redlock:"), "one redlock: prefix in %q", s)
+	assert.Equal(t, 1, strings.Count(s, "redlock: "), "one redlock: prefix in %q", s)
 	return s
 }
 

@@ -20,6 +20,7 @@ type Lock struct {
 	cfg        *config // the options it was acquired with
 	resources  []string
 	value      string
+	token      uint64 // the fencing token; 0 when not fenced
 	expiration time.Time
 	attempts   []ExecutionStats
 	life       *lockLife // shared by every handle of the lock
@@ -80,6 +81,19 @@ func (l *Lock) Value() string {
 		return ""
 	}
 	return l.value
+}
+
+// Token returns the lock's fencing token, a number greater than the token
+// of every fenced lock on any of the same resources granted before it
+// (see [WithFencing]); 0 for a lock acquired without fencing. Every handle
+// of a lock, its extensions included, has the same token. Pass it to the
+// resource the lock protects, which refuses a write whose token is below
+// the highest it has seen.
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
 }
 
 // Expiration returns the time until which the lock is held: the start of

@@ -198,6 +198,7 @@ type call struct {
 	args    []any
 	timeout time.Duration // how long the node may stay silent (the node timeout)
 	err     error         // the answer, set by the worker
+	counter uint64        // a fenced acquire's answer: the highest fencing counter of its resources there
 
 	// An attempt's call: its vote goes to at, as node's.
 	at   *attemptState
@@ -647,7 +648,7 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 	if len(calls) == 1 {
 		p := calls[0]
 		res, err := eval(c, p).Result()
-		p.err = p.s.judge(res, err, len(p.keys))
+		p.err = p.s.judge(res, err, p)
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
@@ -659,6 +660,6 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 	})
 	for i, p := range calls {
 		res, err := cmds[i].Result()
-		p.err = p.s.judge(res, err, len(p.keys))
+		p.err = p.s.judge(res, err, p)
 	}
 }

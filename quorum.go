@@ -23,10 +23,16 @@ type ExecutionStats struct {
 	// nodes that voted for, in the order their answers arrived.
 	VotesFor []int
 	// VotesAgainst holds each vote against, with its reason.
+	//
+	// For a fenced Acquire ([WithFencing]) whose first round reached a
+	// quorum, VotesFor and VotesAgainst are those of the second round, the
+	// write-back of its token, whose quorum grants the lock.
 	VotesAgainst []*NodeError
 	// Late reports that a quorum voted for, but only after the lock's
 	// validity had passed, so the attempt counted as a failure.
 	Late bool
+
+	token uint64 // a fenced attempt that reached its write-back: the token
 }
 
 // ExecutionResult is what a successful Release returns.
@@ -88,10 +94,10 @@ type attemptState struct {
 	cfg      *config
 	op       Op
 	ctx      context.Context // the caller's
-	keys     []string
-	timeout  time.Duration // the collector's wait
-	deadline time.Time     // start + timeout: an acquire or extend not sent by then is not sent
-	votes    chan vote     // room for every node: a send never blocks
+	keys     []string        // the resources (a fenced script's KEYS hold their counters too)
+	timeout  time.Duration   // the collector's wait
+	deadline time.Time       // start + timeout: an acquire or extend not sent by then is not sent
+	votes    chan vote       // room for every node: a send never blocks
 	nodes    []nodeCall
 	outcome  atomic.Int32
 	// cleanup is set for an operation whose failed attempts release what
@@ -110,7 +116,7 @@ type attemptState struct {
 func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time.Duration) (ExecutionStats, *attemptState) {
 	n := q.size()
 	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q.needed(), VotesFor: make([]int, 0, n)}
-	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.keys, timeout: timeout, deadline: st.Start.Add(timeout),
+	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: p.deleted}
 	if p.cleanup {
 		as.cleanup = &cleanup{value: p.args[0]}
@@ -124,7 +130,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		}
 		ns, nargs := nd.script(p.s, p.keys, p.args)
 		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i}
-		nd.laneFor(p.keys[0]).submit(&nc.call)
+		nd.laneFor(p.res[0]).submit(&nc.call)
 	}
 
 	// Every node votes once: by its answer, or here at the deadline or
@@ -147,7 +153,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		case <-timer.C:
 			for i := range n {
 				if !as.nodes[i].voted.Load() {
-					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.keys[0]).lastCause(), validity: timeout < cfg.nodeTimeout})
+					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.res[0]).lastCause(), validity: timeout < cfg.nodeTimeout})
 				}
 			}
 		case <-done:
@@ -176,17 +182,22 @@ func (as *attemptState) vote(i int, err error) {
 
 // sending reports whether node i's call is still worth sending, as its lane
 // is about to send it, and records the answer. A release is always sent (it
-// only ever deletes our own value). An acquire or extend is not sent once
-// its attempt failed (acquire) or was decided (extend), its caller's ctx
-// ended, or its deadline passed: nothing is written, so nothing needs
-// cleaning.
+// only ever deletes our own value), and so is a fenced acquire's write-back
+// unless its round failed (it only ever raises counters where our lock is,
+// and a node that takes it after the quorum catches up). An acquire or
+// extend is not sent once its attempt failed (acquire) or was decided
+// (extend), its caller's ctx ended, or its deadline passed: nothing is
+// written, so nothing needs cleaning.
 func (as *attemptState) sending(i int) bool {
 	nc := &as.nodes[i]
 	// Sent until shown otherwise, before the checks: releaseWrites sets
 	// the failed flag before it reads the states, so either this sees the
 	// flag and skips, or releaseWrites sees the call as sent and awaits it.
 	nc.state.Store(callSent)
-	if as.op == OpRelease {
+	switch {
+	case as.op == OpRelease:
+		return true
+	case as.op == OpFence && as.outcome.Load() != attemptLost:
 		return true
 	}
 	var why error

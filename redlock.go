@@ -163,7 +163,9 @@ func validateResources(resources []string) error {
 }
 
 // Acquire locks resources for ttl on a quorum of nodes and returns the Lock.
-// All resources are locked together or none is. Failed attempts are retried
+// All resources are locked together or none is. With [WithFencing], the Lock
+// also carries a fencing token ([Lock.Token]), at the cost of one more round
+// trip. Failed attempts are retried
 // as the options say (Default: 10 retries, 200ms ± 100ms apart); whatever a
 // failed attempt wrote is released before the next one.
 //
@@ -197,7 +199,11 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 // acquire is Acquire after validation.
 func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
 	keys := append([]string(nil), resources...) // the caller may reuse theirs
-	o := r.execute(ctx, cfg, acquirePlan(keys, ttl))
+	p := acquirePlan(keys, ttl)
+	if cfg.fencing {
+		p = fencedAcquirePlan(keys, ttl)
+	}
+	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -206,6 +212,7 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 		cfg:        cfg,
 		resources:  keys,
 		value:      o.value,
+		token:      o.token,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       &lockLife{},
@@ -267,6 +274,7 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		cfg:        lock.cfg,
 		resources:  lock.resources,
 		value:      lock.value,
+		token:      lock.token,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       lock.life,

@@ -20,7 +20,8 @@ import (
 type plan struct {
 	op   Op
 	s    *script
-	keys []string
+	keys []string // the script's KEYS
+	res  []string // the resources: keys, or, fenced, its first half
 	args []any
 
 	// ttl, when set, is the ttl the operation writes: an attempt whose
@@ -38,6 +39,9 @@ type plan struct {
 	// (ErrResourceLocked), or nil when such votes say the lock is lost for
 	// good (extend, release: ErrLockExpired, and the call ends at once).
 	contended error
+	// fenced: an attempt that reaches a quorum writes its fencing token
+	// back (writeBack), and the write-back's quorum is the attempt's.
+	fenced bool
 	// waits lets the call wait for a release announcement between attempts
 	// (see WithWakeOnRelease).
 	waits bool
@@ -65,19 +69,19 @@ const (
 // acquirePlan locks keys for ttl.
 func acquirePlan(keys []string, ttl time.Duration) *plan {
 	// execute draws each attempt's value into args[0]; args[1] is the ttl.
-	return &plan{op: OpAcquire, s: acquireScript, keys: keys, args: []any{nil, int64(ttl / time.Millisecond)},
+	return &plan{op: OpAcquire, s: acquireScript, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
 		ttl: ttl, freshValue: true, cleanup: true, contended: ErrResourceLocked, waits: true}
 }
 
 // extendPlan sets the ttl of lock's keys to ttl.
 func extendPlan(lock *Lock, ttl time.Duration) *plan {
-	return &plan{op: OpExtend, s: extendScript, keys: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)},
+	return &plan{op: OpExtend, s: extendScript, keys: lock.resources, res: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)},
 		ttl: ttl, until: lock.until(), pastUntil: refusePastUntil}
 }
 
 // releasePlan deletes lock's keys, counting until as the lock's expiration.
 func releasePlan(lock *Lock, until time.Time, nodes int) *plan {
-	return &plan{op: OpRelease, s: releaseScript, keys: lock.resources, args: []any{lock.value},
+	return &plan{op: OpRelease, s: releaseScript, keys: lock.resources, res: lock.resources, args: []any{lock.value},
 		until: until, pastUntil: oneAttemptPastUntil, deleted: make([]atomic.Bool, nodes)}
 }
 
@@ -86,6 +90,7 @@ type outcome struct {
 	attempts []ExecutionStats
 	win      *ExecutionStats // the successful attempt, or nil
 	value    string          // acquire: the successful attempt's value
+	token    uint64          // fenced acquire: the successful attempt's token
 	err      *ExecutionError
 }
 
@@ -107,7 +112,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	tries := 0
 	var cleaning *cleanup // the last failed attempt's release of its writes
 	fail := func(e *ExecutionError) outcome {
-		e.Op, e.Resources, e.Attempts, e.tries, e.took = p.op, p.keys, o.attempts, tries, time.Since(start)
+		e.Op, e.Resources, e.Attempts, e.tries, e.took = p.op, p.res, o.attempts, tries, time.Since(start)
 		o.err = e
 		// A failed Acquire returns once its cleanup has been answered (by
 		// the nodes that answered the acquire, within a node timeout), as
@@ -138,7 +143,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// once would jump the queue, and could split the nodes with the head's
 	// attempt at the next release.
 	if waits {
-		if wake = r.queueBehindWaiters(p.keys); wake != nil {
+		if wake = r.queueBehindWaiters(p.res); wake != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), wake.channel()).alive {
 				return fail(&ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
@@ -155,7 +160,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		}
 		tries++
 		st, as := r.attempt(ctx, cfg, p, timeout)
-		if len(st.VotesFor) >= r.needed() && p.ttl > 0 && time.Since(st.Start) >= p.ttl-d {
+		if p.fenced && len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-d {
+			st, o.token = r.writeBack(ctx, cfg, p, st, as, p.ttl-d)
+		}
+		if len(st.VotesFor) >= q && p.ttl > 0 && time.Since(st.Start) >= p.ttl-d {
 			st.Late = true
 		}
 		if unlimited {
@@ -171,7 +179,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		var refusal *NodeError
 		for _, v := range st.VotesAgainst {
 			switch {
-			case isLocked(v.Err):
+			case isLocked(v.Err) && v.Op == p.op: // a write-back's "gone" is not contention
 				held++
 			case refused(v.Err) != nil:
 				if refusals++; refusal == nil {
@@ -221,7 +229,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			return fail(last)
 		}
 		if wake == nil && waits {
-			wake = r.joinWaiters(p.keys)
+			wake = r.joinWaiters(p.res)
 		}
 		var s slept
 		if p.freshValue && len(st.VotesFor) > 0 {

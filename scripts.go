@@ -77,6 +77,56 @@ return count
 	// is announced with SPUBLISH (sharded pub/sub, which stays on the
 	// key's shard instead of crossing the whole cluster bus) on its own
 	// channel, ARGV[i+1] (see shardedChannel).
+	// fencedAcquireSrc is acquireSrc for a fenced lock (see fence.go):
+	// KEYS are the resources, then their fencing counters in the same order.
+	// It reads every counter before it writes anything, and answers
+	// {applied, highest counter}: a node votes for when applied is the
+	// number of resources. A counter that is not a token (a whole number in
+	// [0, 2^53-1)) is refused, with nothing written.
+	fencedAcquireSrc = `
+local n = #KEYS / 2
+for i = 1, n do
+  local v = redis.call("get", KEYS[i])
+  if v and v ~= ARGV[1] then return {0, 0} end
+end
+local top = 0
+for i = n + 1, #KEYS do
+  local c = redis.call("get", KEYS[i])
+  if c then
+    local x = tonumber(c)
+    if not x or x < 0 or x ~= math.floor(x) or x >= 9007199254740991 then
+      return redis.error_reply("` + badCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+    end
+    if x > top then top = x end
+  end
+end
+for i = 1, n do
+  redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+return {n, top}
+`
+
+	// writeBackSrc is a fenced lock's second round: where every resource
+	// still holds this lock's value (ARGV[1]), each counter becomes
+	// max(counter, token) (ARGV[2]). It answers how many resources hold
+	// the value when they all do, else 0, and then writes nothing.
+	writeBackSrc = `
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call("get", KEYS[i]) ~= ARGV[1] then return 0 end
+end
+local t = tonumber(ARGV[2])
+for i = n + 1, #KEYS do
+  local c = redis.call("get", KEYS[i])
+  local x = tonumber(c or "0")
+  if not x then
+    return redis.error_reply("` + badCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+  end
+  if x < t then redis.call("set", KEYS[i], ARGV[2]) end
+end
+return n
+`
+
 	releaseShardedSrc = `
 local count = 0
 for i, key in ipairs(KEYS) do
@@ -90,17 +140,31 @@ return count
 `
 )
 
+// badCounter starts the error reply of a fenced script that found a
+// fencing counter holding something other than a token.
+const badCounter = "ERR redlock: the fencing counter "
+
 // script is a Lua script with its SHA-1, run with EVALSHA and, when the node
 // does not have it cached (NOSCRIPT), with EVAL, which caches it there.
 type script struct {
 	op   Op
 	src  string
 	hash string
+	// fenced: KEYS are the resources, then their fencing counters, so a
+	// vote for applies to half of them; for acquire, the answer is
+	// {applied, highest counter}.
+	fenced bool
 }
 
 func newScript(op Op, src string) *script {
 	sum := sha1.Sum([]byte(src))
 	return &script{op: op, src: src, hash: hex.EncodeToString(sum[:])}
+}
+
+func newFencedScript(op Op, src string) *script {
+	s := newScript(op, src)
+	s.fenced = true
+	return s
 }
 
 var (
@@ -110,12 +174,31 @@ var (
 
 	releaseShardedScript = newScript(OpRelease, releaseShardedSrc)
 	cleanupScript        = newScript(OpRelease, cleanupSrc)
+
+	fencedAcquireScript = newFencedScript(OpAcquire, fencedAcquireSrc)
+	writeBackScript     = newFencedScript(OpFence, writeBackSrc)
 )
 
-// judge turns a script's answer into a vote.
-func (s *script) judge(res any, err error, keys int) error {
+// judge turns a script's answer to c into a vote; a fenced acquire's
+// highest counter goes to c.counter.
+func (s *script) judge(res any, err error, c *call) error {
 	if err != nil {
 		return err
+	}
+	keys := len(c.keys)
+	if s.fenced {
+		keys /= 2
+		if s.op == OpAcquire {
+			a, ok := res.([]any)
+			if !ok || len(a) != 2 {
+				return &unexpectedResult{res}
+			}
+			top, ok := a[1].(int64)
+			if !ok || top < 0 || top >= maxToken {
+				return &unexpectedResult{res}
+			}
+			c.counter, res = uint64(top), a[0]
+		}
 	}
 	n, ok := res.(int64)
 	if !ok {

@@ -61,7 +61,11 @@ var slotChannels sync.Map // uint16 -> string
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), Redis Cluster's.
 func crc16(s string) uint16 {
-	var crc uint16
+	return crc16Update(0, s)
+}
+
+// crc16Update continues crc over s: crc16Update(crc16(a), b) == crc16(a+b).
+func crc16Update(crc uint16, s string) uint16 {
 	for i := 0; i < len(s); i++ {
 		crc ^= uint16(s[i]) << 8
 		for range 8 {

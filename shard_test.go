@@ -43,4 +43,26 @@ func TestSlotsMatchTheCluster(t *testing.T) {
 		assert.Equal(t, want, got, "slot of %q's channel %q", k, ch)
 	}
 	t.Logf("%d keys, %d with a channel named after their hash tag, the others on their slot's channel", len(keys), tagged)
+
+	// Each resource's fencing counter is in the resource's slot, and no two
+	// resources share one.
+	counters := map[string]string{}
+	odd := 0
+	for _, k := range keys {
+		want, _ := c.ClusterKeySlot(ctx, k).Result()
+		fk := fenceKey(k)
+		got, err := c.ClusterKeySlot(ctx, fk).Result()
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "slot of %q's counter %q", k, fk)
+		if other, ok := counters[fk]; ok && other != k {
+			t.Errorf("%q and %q share the counter %q", other, k, fk)
+		}
+		counters[fk] = k
+		if fk != fencePrefix+"{"+hashTag(k)+"}:"+k {
+			odd++
+		}
+	}
+	t.Logf("%d counters, %d of them for resources with a '}' and no hash tag", len(counters), odd)
+	assert.Equal(t, "redlock:fence:{orders}:{orders}:1", fenceKey("{orders}:1"))
+	assert.Equal(t, "redlock:fence:{a}:a", fenceKey("a"))
 }

@@ -70,8 +70,9 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		return err
 	}
 
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	fnCtx := withToken(cctx, lock.token)
 	ext := &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{})}
 	go ext.run(ctx)
 

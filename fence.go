@@ -1,0 +1,119 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Fencing tokens (WithFencing). Each node keeps a counter per resource, the
+// key fenceKey(resource), in the resource's hash slot. A fenced Acquire runs
+// in two rounds:
+//
+//  1. The acquire itself (fencedAcquireSrc), which also answers the node's
+//     highest counter among the resources. The token is 1 + the highest
+//     counter among the nodes that voted for.
+//  2. The write-back (writeBackSrc): on each node, counter = max(counter,
+//     token) for every resource, only where every resource still holds this
+//     lock's value. The lock is granted when a quorum took it within the
+//     lock's validity; otherwise the attempt failed, and is cleaned up as
+//     any failed attempt.
+//
+// The argument that tokens grow is in the package doc ("Fencing tokens").
+
+// fencePrefix starts the name of every fencing counter.
+const fencePrefix = "redlock:fence:"
+
+// maxToken bounds the counters and tokens: Lua's numbers are doubles, exact
+// for integers below 2^53.
+const maxToken = 1<<53 - 1
+
+// fenceKey returns the key of resource's fencing counter on every node:
+// "redlock:fence:{" + tag + "}:" + resource, where tag is resource's hash
+// tag (resource itself when it has none), so that on a Redis Cluster the
+// counter is in the resource's slot and one script can take both. A
+// resource with a '}' and no hash tag (rare) has the counter
+// "redlock:fence:" + resource + ":" + n instead, with the smallest n that
+// hashes to the resource's slot. No two resources share a counter.
+func fenceKey(resource string) string {
+	tag := hashTag(resource)
+	if strings.IndexByte(tag, '}') < 0 {
+		return fencePrefix + "{" + tag + "}:" + resource
+	}
+	// resource has no hash tag, so its slot is the CRC16 of all of it, and
+	// so is the counter's: appending a suffix without braces keeps a key
+	// without a hash tag. About one n in 16384 lands in the slot.
+	base := fencePrefix + resource + ":"
+	slot, crc := slotOf(resource), crc16Update(0, base)
+	for n := 0; ; n++ {
+		d := strconv.Itoa(n)
+		if crc16Update(crc, d)%16384 == slot {
+			return base + d
+		}
+	}
+}
+
+// fencedKeys returns the KEYS of a fenced script: the resources, then their
+// counters.
+func fencedKeys(resources []string) []string {
+	keys := make([]string, 0, 2*len(resources))
+	keys = append(keys, resources...)
+	for _, r := range resources {
+		keys = append(keys, fenceKey(r))
+	}
+	return keys
+}
+
+// fencedAcquirePlan locks resources for ttl and draws a fencing token.
+func fencedAcquirePlan(resources []string, ttl time.Duration) *plan {
+	p := acquirePlan(resources, ttl)
+	p.s, p.keys, p.fenced = fencedAcquireScript, fencedKeys(resources), true
+	return p
+}
+
+// writeBack runs a fenced acquire's second round, after its first (st, as)
+// reached a quorum: it writes the token, 1 + the highest counter among the
+// nodes that voted for, back to every node. It returns the attempt's
+// statistics as its write-back's votes (counted from the first round's
+// start), and the token. The round waits for the nodes no longer than
+// the node timeout, and never past the lock's validity.
+func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, st ExecutionStats, as *attemptState, validity time.Duration) (ExecutionStats, uint64) {
+	var top uint64
+	for _, i := range st.VotesFor {
+		top = max(top, as.nodes[i].counter)
+	}
+	token := top + 1 // top < maxToken: the script and judge refuse more
+	wb := &plan{op: OpFence, s: writeBackScript, keys: p.keys, res: p.res, args: []any{p.args[0], strconv.FormatUint(token, 10)}}
+	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
+	if timeout <= 0 {
+		st.Late, st.token = true, token
+		return st, token
+	}
+	wst, _ := r.attempt(ctx, cfg, wb, timeout)
+	wst.Start, wst.token = st.Start, token
+	return wst, token
+}
+
+// tokenKey is the context key of the fencing token that Using gives fn.
+type tokenKey struct{}
+
+// TokenFrom returns the fencing token of the lock that a fenced
+// [Redlock.Using] runs fn under, from fn's context (or one derived from
+// it), and true; it returns 0 and false for any other context, a non-fenced
+// Using's among them. See [WithFencing].
+func TokenFrom(ctx context.Context) (uint64, bool) {
+	if ctx == nil {
+		return 0, false
+	}
+	t, ok := ctx.Value(tokenKey{}).(uint64)
+	return t, ok && t != 0
+}
+
+// withToken returns ctx carrying token, when the lock has one.
+func withToken(ctx context.Context, token uint64) context.Context {
+	if token == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, tokenKey{}, token)
+}

@@ -1,0 +1,333 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+var fenced = redlock.WithFencing(true)
+
+// counterOf is the name of resource's fencing counter, as the docs give it
+// (for a resource without braces).
+func counterOf(resource string) string { return "redlock:fence:{" + resource + "}:" + resource }
+
+// acquireToken acquires resources fenced, releases them, and returns the
+// token.
+func acquireToken(t *testing.T, rl *redlock.Redlock, resources ...string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	l, err := rl.Acquire(ctx, resources, 10*time.Second, fenced)
+	require.NoError(t, err, "fenced Acquire(%q)", resources)
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	return l.Token()
+}
+
+// Tokens count up by one per grant on healthy nodes, across Redlocks with
+// clients of their own (as separate processes would have), whether the
+// grants are made one after another or by contending callers.
+func TestTokensCountUpAcrossRedlocks(t *testing.T) {
+	base := newNodes(t, 3)
+	rls := []*redlock.Redlock{base.rl}
+	for range 3 {
+		rls = append(rls, newFixture(t, redistest.Setup{On: base.Nodes}).rl)
+	}
+	for i := range 12 {
+		assert.Equal(t, uint64(i+1), acquireToken(t, rls[i%len(rls)], "seq"), "grant %d, through Redlock %d", i+1, i%len(rls))
+	}
+	for i := range 3 {
+		assert.Equal(t, "12", base.Get(t, i, counterOf("seq")), "node %d's counter", i)
+	}
+
+	// Contending callers: the tokens, in the order the critical sections
+	// ran, are 1, 2, 3, ... with no gap and no repeat.
+	const each = 15
+	var (
+		mu    sync.Mutex
+		order []uint64
+		wg    sync.WaitGroup
+	)
+	for _, rl := range rls {
+		spawn(&wg, func() {
+			for range each {
+				err := rl.Using(context.Background(), []string{"contended"}, time.Second, func(ctx context.Context) error {
+					tok, ok := redlock.TokenFrom(ctx)
+					if !ok {
+						return errors.New("no token in fn's ctx")
+					}
+					mu.Lock()
+					order = append(order, tok)
+					mu.Unlock()
+					return nil
+				}, fenced, redlock.WithRetryCount(-1))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, order, each*len(rls))
+	for i, tok := range order {
+		assert.Equal(t, uint64(i+1), tok, "critical section %d", i+1)
+	}
+}
+
+// A multi-resource token is 1 + the highest counter of its resources, and is
+// written back to each: [a] 1, [a] 2, [b] 1, [a b] 3, then [b] 4.
+func TestMultiResourceTokens(t *testing.T) {
+	f := newNodes(t, 3)
+	for _, step := range []struct {
+		res  []string
+		want uint64
+	}{{[]string{"a"}, 1}, {[]string{"a"}, 2}, {[]string{"b"}, 1}, {[]string{"a", "b"}, 3}, {[]string{"b"}, 4}, {[]string{"a"}, 4}} {
+		assert.Equal(t, step.want, acquireToken(t, f.rl, step.res...), "token of %q", step.res)
+	}
+	for i := range 3 {
+		f.gone(t, i, "a")
+		assert.Equal(t, "4", f.Get(t, i, counterOf("a")), "node %d", i)
+		assert.Equal(t, "4", f.Get(t, i, counterOf("b")), "node %d", i)
+		assert.Equal(t, time.Duration(-1), f.PTTL(t, i, counterOf("a")), "counters have no expiry")
+	}
+}
+
+// Extend keeps the token, through every handle, and so does Using's
+// automatic extension; an unfenced lock has token 0 and no token in fn's ctx.
+func TestExtendKeepsTheToken(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	acquireToken(t, f.rl, "x")
+	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Second, fenced)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), l.Token())
+	for range 3 {
+		l, err = l.Extend(ctx, time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(2), l.Token(), "after Extend")
+	}
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), l.Token(), "after Release")
+
+	err = f.rl.Using(ctx, []string{"x"}, 700*time.Millisecond, func(ctx context.Context) error {
+		first, ok := redlock.TokenFrom(ctx)
+		require.True(t, ok)
+		time.Sleep(1500 * time.Millisecond) // two automatic extensions
+		again, _ := redlock.TokenFrom(ctx)
+		assert.Equal(t, uint64(3), first)
+		assert.Equal(t, first, again)
+		return nil
+	}, fenced)
+	require.NoError(t, err)
+
+	plain, err := f.rl.Acquire(ctx, []string{"y"}, time.Second)
+	require.NoError(t, err)
+	assert.Zero(t, plain.Token(), "an unfenced lock")
+	_, _ = plain.Release(ctx)
+	require.NoError(t, f.rl.Using(ctx, []string{"y"}, time.Second, func(ctx context.Context) error {
+		tok, ok := redlock.TokenFrom(ctx)
+		assert.False(t, ok, "an unfenced Using's ctx")
+		assert.Zero(t, tok)
+		return nil
+	}))
+	_, ok := redlock.TokenFrom(ctx)
+	assert.False(t, ok, "a ctx that no Using made")
+	for i := range 3 {
+		assert.Eventually(t, func() bool { return f.DBSize(t, i) == 1 }, 2*time.Second, 5*time.Millisecond,
+			"node %d keeps x's counter only, none for the unfenced y", i)
+	}
+}
+
+// Unfenced locks and failed fenced attempts leave the counters alone: the
+// next fenced lock gets the next number.
+func TestUnfencedLocksAndFailuresLeaveCounters(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	assert.Equal(t, uint64(1), acquireToken(t, f.rl, "u"))
+	for range 5 {
+		l, err := f.rl.Acquire(ctx, []string{"u"}, time.Second)
+		require.NoError(t, err)
+		_, err = l.Release(ctx)
+		require.NoError(t, err)
+	}
+	// Contention: fenced attempts that fail on "held by another".
+	held, err := f.rl.Acquire(ctx, []string{"u"}, 10*time.Second)
+	require.NoError(t, err)
+	_, err = f.rl.Acquire(ctx, []string{"u"}, time.Second, fenced, redlock.WithRetryCount(3), redlock.WithRetryDelay(5*time.Millisecond))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	for i := range 3 {
+		assert.Equal(t, "1", f.Get(t, i, counterOf("u")), "node %d's counter after unfenced locks and failed attempts", i)
+	}
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), acquireToken(t, f.rl, "u"))
+}
+
+// Two quorums that share exactly one node: the first is granted while two
+// of five nodes are stopped (SIGSTOP), so their counters stay behind; the
+// second while two others are. The later token is still larger: it is read
+// from the one node the two quorums share.
+func TestTokensGrowAcrossQuorumsSharingOneNode(t *testing.T) {
+	// A node timeout longer than the grants take: the stopped nodes get
+	// the first acquire (it waits in their sockets), and nothing after it;
+	// the watchdog fails what queued behind it (releases are kept, to send
+	// when the nodes answer).
+	const nodeTimeout = 300 * time.Millisecond
+	f := newFixture(t, redistest.Setup{Nodes: 5}, redlock.WithNodeTimeout(nodeTimeout))
+	warm(t, f.rl)
+	ctx := context.Background()
+	assert.Equal(t, uint64(1), acquireToken(t, f.rl, "q"), "all five nodes")
+
+	f.Nodes[3].Pause()
+	f.Nodes[4].Pause()
+	var last uint64
+	for i := range 5 {
+		last = acquireToken(t, f.rl, "q")
+		assert.Equal(t, uint64(i+2), last, "nodes 0-2 only")
+	}
+	for i := range 3 {
+		assert.Equal(t, strconv.FormatUint(last, 10), f.Get(t, i, counterOf("q")), "node %d", i)
+	}
+	time.Sleep(2 * nodeTimeout) // the watchdog has failed the queued calls
+	f.Nodes[3].Resume()
+	f.Nodes[4].Resume()
+	// The stopped nodes ran what reached them during the stop (the first
+	// acquire, and its release once they answered), never a write-back:
+	// their counters are behind.
+	for i := 3; i < 5; i++ {
+		f.gone(t, i, "q")
+		assert.Equal(t, "1", f.Get(t, i, counterOf("q")), "node %d, stopped", i)
+	}
+
+	// A Redlock of its own (its breakers know nothing of the pause), with
+	// nodes 0 and 1 stopped: its quorum is nodes 2, 3 and 4.
+	other := newFixture(t, redistest.Setup{On: f.Nodes}, redlock.WithNodeTimeout(50*time.Millisecond))
+	warm(t, other.rl)
+	f.Nodes[0].Pause()
+	f.Nodes[1].Pause()
+	l, err := other.rl.Acquire(ctx, []string{"q"}, 10*time.Second, fenced)
+	require.NoError(t, err)
+	f.Nodes[0].Resume()
+	f.Nodes[1].Resume()
+	t.Logf("first quorum nodes 0-2 took token %d; second quorum nodes %v (write-back) took token %d", last, l.Attempts()[0].VotesFor, l.Token())
+	assert.NotContains(t, l.Attempts()[0].VotesFor, 0)
+	assert.NotContains(t, l.Attempts()[0].VotesFor, 1)
+	assert.Equal(t, last+1, l.Token(), "1 + the counter of node 2, the one node both quorums share")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}
+
+// fenceStoreSrc is a protected resource that checks tokens, as a Redis
+// script on a node of its own: it refuses a write whose token is below the
+// highest it has seen.
+const fenceStoreSrc = `
+local seen = tonumber(redis.call("get", KEYS[2]) or "0")
+if tonumber(ARGV[1]) < seen then return 0 end
+redis.call("set", KEYS[2], ARGV[1])
+redis.call("set", KEYS[1], ARGV[2])
+return 1
+`
+
+// The adversarial case: a holder writes, is paused past its expiration,
+// another acquires and writes, and the first comes back and writes again.
+// The store refuses every such stale write.
+func TestPausedHolderIsFenced(t *testing.T) {
+	lockNodes := newNodes(t, 3)
+	holderA := lockNodes.rl
+	holderB := newFixture(t, redistest.Setup{On: lockNodes.Nodes}).rl
+	store := redistest.StartNode(t).Client()
+	write := redis.NewScript(fenceStoreSrc)
+	ctx := context.Background()
+	put := func(token uint64, value string) bool {
+		ok, err := write.Run(ctx, store, []string{"data", "data:fence"}, token, value).Int()
+		require.NoError(t, err)
+		return ok == 1
+	}
+
+	const rounds = 100
+	const ttl = 40 * time.Millisecond
+	stale, fresh := 0, 0
+	for i := range rounds {
+		a, err := holderA.Acquire(ctx, []string{"account"}, ttl, fenced)
+		require.NoError(t, err)
+		require.True(t, put(a.Token(), fmt.Sprintf("A%d", i)), "A's own write, round %d", i)
+		// A pauses past its expiration (a GC pause, a stopped VM); B gets
+		// the lock once the keys expire, and writes.
+		b, err := holderB.Acquire(ctx, []string{"account"}, time.Second, fenced,
+			redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(2*time.Millisecond))
+		require.NoError(t, err)
+		require.False(t, a.Valid(), "A's lock is over by its own account")
+		require.Greater(t, b.Token(), a.Token())
+		if put(b.Token(), fmt.Sprintf("B%d", i)) {
+			fresh++
+		}
+		// A comes back and writes as if it still held the lock.
+		if put(a.Token(), fmt.Sprintf("A%d-stale", i)) {
+			stale++
+		}
+		_, err = b.Release(ctx)
+		require.NoError(t, err)
+	}
+	t.Logf("%d rounds: %d writes of the new holder accepted, %d stale writes accepted", rounds, fresh, stale)
+	assert.Equal(t, rounds, fresh)
+	assert.Zero(t, stale, "stale writes accepted")
+	assert.Equal(t, fmt.Sprintf("B%d", rounds-1), store.Get(ctx, "data").Val())
+}
+
+// A write-back that cannot reach a quorum within the lock's validity fails
+// the attempt, which is cleaned up like any failed attempt: nothing is left
+// held, and the error says what happened.
+func TestLateWriteBackFailsTheAttempt(t *testing.T) {
+	f := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
+	acquireToken(t, f.rl, "warm") // the nodes have the fenced scripts
+	for _, p := range f.Proxies {
+		p.SetLatency(40*time.Millisecond, 40*time.Millisecond) // a round trip of 80ms
+	}
+	// ttl 122ms: a validity of 119ms, enough for the first round, not for
+	// both.
+	_, err := f.rl.Acquire(context.Background(), []string{"slow"}, 122*time.Millisecond, fenced, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "fencing token 1 was written back")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	for _, p := range f.Proxies {
+		p.Heal()
+	}
+	for i := range 3 {
+		f.gone(t, i, "slow")
+	}
+	// The write-back may have landed on some nodes after the attempt
+	// failed: the next token may skip a number, never repeat one.
+	assert.GreaterOrEqual(t, acquireToken(t, f.rl, "slow"), uint64(2))
+}
+
+// A counter that holds something other than a token is refused, naming the
+// key and what to do, with nothing written.
+func TestBadCounterIsRefused(t *testing.T) {
+	f := newNodes(t, 3)
+	for i := range 3 {
+		f.Set(t, i, counterOf("bad"), "not a number", 0)
+	}
+	_, err := f.rl.Acquire(context.Background(), []string{"bad"}, time.Second, fenced)
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "redlock:fence:{bad}:bad holds not a number")
+	assert.Contains(t, err.Error(), "never write to redlock:fence:* keys")
+	assert.Equal(t, 1, strings.Count(err.Error(), "retrying cannot fix"))
+	var ne *redlock.NodeError
+	require.ErrorAs(t, err, &ne)
+	for i := range 3 {
+		assert.Empty(t, f.Get(t, i, "bad"), "node %d: nothing written", i)
+	}
+}
