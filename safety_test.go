@@ -137,6 +137,8 @@ type phaseStats struct {
 	locked     int // acquires lost to contention
 	failed     int // acquires lost to node failures (or cut short by their ctx)
 	relFailed  int // releases that failed
+	fenced     int // critical sections under a fenced lock
+	tokenViol  int // fenced sections that started with a token at or below one that started before
 	handoffs   int
 	latencies  []time.Duration // of successful acquires
 }
@@ -145,7 +147,9 @@ type phaseStats struct {
 // (as separate processes would have), contending for a few resources with a
 // short critical section while the fault schedule runs. An in-process
 // witness counts two holders inside one resource's critical section at once.
-// It must count none.
+// It must count none. Half the workers lock with fencing tokens, and a token
+// witness counts fenced sections that start with a token at or below one
+// that started before them on the same resource. It must count none too.
 //
 //	go test -run TestSafety -count=1 . -safety.sections 20000 -safety.report /tmp/safety.txt
 func TestSafety(t *testing.T) {
@@ -182,7 +186,8 @@ func TestSafety(t *testing.T) {
 		lock   *redlock.Lock
 	}
 	var inside [safetyKeys]atomic.Pointer[holder]
-	var last [safetyKeys]atomic.Int32 // the worker that held it last
+	var last [safetyKeys]atomic.Int32      // the worker that held it last
+	var topToken [safetyKeys]atomic.Uint64 // the highest token that started a section
 
 	var wg sync.WaitGroup
 	for w := range safetyWorkers {
@@ -204,7 +209,7 @@ func TestSafety(t *testing.T) {
 				if w%2 == 0 && h.cancelEarly.Load() {
 					actx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(20000))*time.Microsecond)
 				}
-				lock, err := rls[w].Acquire(actx, []string{fmt.Sprintf("{safety}%d", k)}, safetyTTL)
+				lock, err := rls[w].Acquire(actx, []string{fmt.Sprintf("{safety}%d", k)}, safetyTTL, redlock.WithFencing(w < safetyWorkers/2))
 				cancel()
 				took := time.Since(begin)
 				if err != nil {
@@ -224,6 +229,19 @@ func TestSafety(t *testing.T) {
 				if prev := inside[k].Swap(me); prev != nil && prev.lock.Valid() {
 					violation = true
 				}
+				tokenViolation := false
+				if tok := lock.Token(); tok != 0 {
+					for {
+						top := topToken[k].Load()
+						if tok <= top {
+							tokenViolation = true
+							break
+						}
+						if topToken[k].CompareAndSwap(top, tok) {
+							break
+						}
+					}
+				}
 				for range 3 {
 					time.Sleep(50 * time.Microsecond) // the critical section
 				}
@@ -239,6 +257,12 @@ func TestSafety(t *testing.T) {
 				ps.latencies = append(ps.latencies, took)
 				if violation {
 					ps.violations++
+				}
+				if lock.Token() != 0 {
+					ps.fenced++
+				}
+				if tokenViolation {
+					ps.tokenViol++
 				}
 				if handoff {
 					ps.handoffs++
@@ -287,31 +311,37 @@ func TestSafety(t *testing.T) {
 	if *safetyReport != "" {
 		require.NoError(t, os.WriteFile(*safetyReport, []byte(report), 0o644))
 	}
-	violations := 0
+	violations, tokenViolations, fencedSections := 0, 0, 0
 	for i, ps := range stats {
 		violations += ps.violations
+		tokenViolations += ps.tokenViol
+		fencedSections += ps.fenced
 		if ps.sections == 0 && target >= 20000 {
 			t.Errorf("phase %q ran no critical section", schedule[i].name)
 		}
 	}
 	assert.Zero(t, violations, "mutual-exclusion violations")
+	assert.Zero(t, tokenViolations, "fencing-token violations")
+	assert.Greater(t, fencedSections, target/4, "fenced critical sections")
 	assert.GreaterOrEqual(t, total.Load(), int64(target))
 }
 
 // safetyTable formats the figures as a Markdown table.
 func safetyTable(stats []*phaseStats, target int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d nodes, %d workers (separate Redlocks), %d resources, ttl %v, node timeout 100ms, target %d sections\n\n",
-		safetyNodes, safetyWorkers, safetyKeys, safetyTTL, target)
-	b.WriteString("| fault phase | critical sections | violations | hand-offs | lost to contention | lost to faults | failed releases | acquire p50 | p99 | max |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "%d nodes, %d workers (separate Redlocks, %d of them fenced), %d resources, ttl %v, node timeout 100ms, target %d sections\n\n",
+		safetyNodes, safetyWorkers, safetyWorkers/2, safetyKeys, safetyTTL, target)
+	b.WriteString("| fault phase | critical sections | violations | fenced sections | token violations | hand-offs | lost to contention | lost to faults | failed releases | acquire p50 | p99 | max |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var all phaseStats
 	for i, ps := range stats {
 		ps.mu.Lock()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", schedule[i].name, ps.sections, ps.violations, ps.handoffs,
-			ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", schedule[i].name, ps.sections, ps.violations, ps.fenced, ps.tokenViol,
+			ps.handoffs, ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies))
 		all.sections += ps.sections
 		all.violations += ps.violations
+		all.fenced += ps.fenced
+		all.tokenViol += ps.tokenViol
 		all.handoffs += ps.handoffs
 		all.locked += ps.locked
 		all.failed += ps.failed
@@ -319,8 +349,8 @@ func safetyTable(stats []*phaseStats, target int) string {
 		all.latencies = append(all.latencies, ps.latencies...)
 		ps.mu.Unlock()
 	}
-	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %s |\n", all.sections, all.violations, all.handoffs,
-		all.locked, all.failed, all.relFailed, percentiles(all.latencies))
+	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", all.sections, all.violations, all.fenced, all.tokenViol,
+		all.handoffs, all.locked, all.failed, all.relFailed, percentiles(all.latencies))
 	return b.String()
 }
 

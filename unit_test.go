@@ -316,3 +316,24 @@ func TestRefusalClasses(t *testing.T) {
 		assert.Len(t, ee.Attempts, 3, msg)
 	}
 }
+
+// A fenced script's answer: {applied, highest counter} for the acquire, a
+// count of resources (half its KEYS) for the write-back; anything else is
+// an unexpected result, never a vote for.
+func TestFencedJudge(t *testing.T) {
+	keys := fencedKeys([]string{"a", "b"})
+	c := &call{keys: keys}
+	assert.NoError(t, fencedAcquireScript.judge([]any{int64(2), int64(7)}, nil, c))
+	assert.Equal(t, uint64(7), c.counter)
+	var rle *ResourceLockedError
+	assert.ErrorAs(t, fencedAcquireScript.judge([]any{int64(0), int64(0)}, nil, &call{keys: keys}), &rle)
+	for _, bad := range []any{int64(2), []any{int64(2)}, []any{int64(2), int64(-1)}, []any{int64(2), int64(maxToken)}, []any{"2", int64(1)}} {
+		var ue *unexpectedResult
+		assert.ErrorAs(t, fencedAcquireScript.judge(bad, nil, &call{keys: keys}), &ue, "%#v", bad)
+	}
+	assert.NoError(t, writeBackScript.judge(int64(2), nil, &call{keys: keys}))
+	assert.ErrorAs(t, writeBackScript.judge(int64(0), nil, &call{keys: keys}), &rle)
+	assert.Equal(t, OpFence, rle.Op)
+	assert.ErrorIs(t, rle, ErrLockExpired)
+	assert.Equal(t, []string{"a", "b", "redlock:fence:{a}:a", "redlock:fence:{b}:b"}, keys)
+}
