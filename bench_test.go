@@ -15,6 +15,16 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem
 func BenchmarkAcquireRelease(b *testing.B) {
+	benchAcquireRelease(b)
+}
+
+// BenchmarkAcquireReleaseFenced is BenchmarkAcquireRelease with fencing
+// tokens: one more round trip per Acquire (the token's write-back).
+func BenchmarkAcquireReleaseFenced(b *testing.B) {
+	benchAcquireRelease(b, redlock.WithFencing(true))
+}
+
+func benchAcquireRelease(b *testing.B, opts ...redlock.Option) {
 	for _, n := range []int{1, 3, 5} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			rl := benchRedlock(b, n)
@@ -23,7 +33,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				l, err := rl.Acquire(ctx, keys, 10*time.Second)
+				l, err := rl.Acquire(ctx, keys, 10*time.Second, opts...)
 				if err != nil {
 					b.Fatalf("Acquire = %v", err)
 				}

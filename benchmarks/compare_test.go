@@ -61,6 +61,7 @@ type library struct {
 
 var libraries = []library{
 	{"redlock", newRedlock, nodes},
+	{"redlock, fenced (WithFencing)", newFencedRedlock, nodes},
 	{"redsync v4.18.1", newRedsync, nodes},
 	{"floor (waits for every node)", newFloor, nodes},
 	{"bsm/redislock v0.9.4 (1 node)", newBSM, 1},

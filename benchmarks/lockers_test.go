@@ -38,6 +38,16 @@ func newRedlock(clients []redis.UniversalClient) locker {
 	return redlockLocker{rl}
 }
 
+// newFencedRedlock is this library with fencing tokens (WithFencing): one
+// more round trip per Acquire.
+func newFencedRedlock(clients []redis.UniversalClient) locker {
+	rl, err := redlock.New(clients, redlock.WithFencing(true))
+	if err != nil {
+		panic(err)
+	}
+	return redlockLocker{rl}
+}
+
 func (l redlockLocker) Lock(ctx context.Context, key string, ttl time.Duration, wait bool) (func(context.Context) error, error) {
 	var opts []redlock.Option
 	if wait {
