@@ -119,10 +119,67 @@
 // drift allowance covers small rate differences, not clock jumps. A node
 // restarted without persistence forgets the locks it held; an operator should
 // either enable AOF persistence with fsync, or keep a restarted node out for
-// at least the longest ttl in use. There is no fencing token: a holder paused
-// past its expiration (a long GC pause) can still act after another holder
-// has acquired. Do the work within [Lock.Expiration], and check [Lock.Valid]
-// before acting on the protected resource.
+// at least the longest ttl in use. A holder paused past its expiration (a
+// long GC pause, a stopped VM) can still act after another holder has
+// acquired: do the work within [Lock.Expiration], check [Lock.Valid] before
+// acting on the protected resource, and, where the resource can check a
+// number, use fencing tokens.
+//
+// # Fencing tokens
+//
+// With [WithFencing], a Lock carries a token ([Lock.Token]; inside Using's
+// fn, [TokenFrom]) that is greater than the token of every fenced lock on
+// any of the same resources granted before it. The protected resource
+// remembers the highest token that wrote each record and refuses a write
+// with a lower one, so a paused holder that comes back cannot overwrite its
+// successor's work:
+//
+//	UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence < $3
+//
+// On healthy nodes the tokens of a resource count 1, 2, 3, ...; a lock on
+// several resources gets 1 + the highest of their counters, written back to
+// each.
+//
+// How: each node keeps a counter per resource, "redlock:fence:{tag}:resource"
+// (tag is the resource's hash tag, or the resource itself, so a Redis
+// Cluster keeps it in the resource's slot), with no expiry. The acquire
+// script also answers the node's counters; the token is 1 + the highest
+// among the quorum that voted for. A second round writes the token back:
+// on each node, counter = max(counter, token), only where every resource
+// still holds this lock's value. The lock is granted when a quorum took the
+// write-back within the lock's validity; otherwise the attempt failed and is
+// cleaned up. Unfenced locks and failed first rounds leave the counters
+// alone; a write-back that reached some nodes but not a quorum in time may
+// make the next token skip a number, never repeat one.
+//
+// Why the tokens grow (a sketch). Let A and B be fenced locks sharing
+// resource r, B granted after A's hold ended (mutual exclusion orders them).
+// A was granted only once a quorum W of nodes had run A's write-back, each
+// while r held A's value there. B's first round voted for on a quorum R,
+// each node reading its counter of r in the same script that set B's value
+// on r. W and R, two majorities of the same n nodes, share a node x. On x,
+// B's value stayed on r from B's acquire there until B was granted (it
+// expires a whole ttl after the acquire, later than B's validity, and
+// nothing else deletes it), so A's write-back on x, which needed A's value
+// there and came before A's grant, hence before B's, came before B's
+// acquire on x. So B read a counter of at least A's token on x, and B's
+// token, 1 + the highest counter it read, is greater.
+//
+// Its assumptions are those of mutual exclusion (clocks that advance at
+// about the same rate), plus one about data: the counters that a grant's
+// write-back set must still be there when a later grant reads them. A grant
+// whose write-back reached w nodes survives the loss of the counters on up
+// to w + q − n − 1 of them (q = n/2+1): on healthy nodes (w = n) any
+// minority may lose its data, but after a grant made while a minority was
+// down (w = q), the loss of any one of its nodes' counters can let a later
+// token repeat an earlier one, until the resource's next grant reaches
+// every node. A node restarted without data is safe for the locks after a
+// ttl (see above), but never for the counters: run the nodes with AOF
+// persistence when tokens matter. The counters cost about 110 bytes of node
+// memory per resource ever fenced (Redis 7.0, a 12-character resource name;
+// see README.md). They never expire: a counter that vanished would restart
+// at 1, and the resource would refuse every new holder. Delete a resource's
+// counter only together with the records it protects.
 //
 // A redis.ClusterClient or FailoverClient counts as one node; a redis.Ring
 // is refused (it routes a script by its first key only). On a Cluster,

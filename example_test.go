@@ -133,3 +133,39 @@ func ExampleRedlock_Using() {
 	// report written under the lock
 	// err: <nil>
 }
+
+// Locks with fencing tokens: each holder of a resource gets a larger token
+// than the one before, and passes it to the protected resource, which
+// refuses a write whose token is below the highest it has seen.
+func ExampleWithFencing() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+
+	rl, err := redlock.New(clients, redlock.WithFencing(true))
+	if err != nil {
+		panic(err)
+	}
+	defer rl.Close()
+	ctx := context.Background()
+	for range 2 {
+		lock, err := rl.Acquire(ctx, []string{"invoice:42"}, 10*time.Second)
+		if err != nil {
+			fmt.Println("not acquired:", err)
+			return
+		}
+		fmt.Println("token:", lock.Token())
+		// db.ExecContext(ctx, "UPDATE invoices SET ..., fence = $1 WHERE id = 42 AND fence < $1", lock.Token())
+		_, _ = lock.Release(ctx)
+	}
+
+	// Using gives fn the token in its context.
+	_ = rl.Using(ctx, []string{"invoice:42"}, 10*time.Second, func(ctx context.Context) error {
+		token, ok := redlock.TokenFrom(ctx)
+		fmt.Println("token in fn:", token, ok)
+		return nil
+	})
+	// Output:
+	// token: 1
+	// token: 2
+	// token in fn: 3 true
+}
