@@ -217,7 +217,7 @@
 // CONTRIBUTING.md in the repository says which file holds what (redlock.go
 // the API and validation, retry.go the retry loop and its plans, quorum.go
 // the attempt and the vote, node.go the node, its lanes and breaker, wake.go
-// waiting, using.go Using) and how to run the tests, the safety harness and
+// waiting, using.go Using, fence.go fencing tokens) and how to run the tests, the safety harness and
 // the benchmarks.
 //
 // # From node-redlock
