@@ -29,6 +29,12 @@ const fencePrefix = "redlock:fence:"
 // for integers below 2^53.
 const maxToken = 1<<53 - 1
 
+// FenceKey returns the key under which every node keeps resource's fencing
+// counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is
+// resource's hash tag, or resource itself when it has none. It is there to
+// inspect a counter, or to delete it together with the records it protects.
+func FenceKey(resource string) string { return fenceKey(resource) }
+
 // fenceKey returns the key of resource's fencing counter on every node:
 // "redlock:fence:{" + tag + "}:" + resource, where tag is resource's hash
 // tag (resource itself when it has none), so that on a Redis Cluster the

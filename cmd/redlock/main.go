@@ -1,0 +1,134 @@
+// Command redlock runs a job under a Redlock lock held on several independent
+// Redis nodes, from a shell, cron, a systemd timer or a Kubernetes CronJob,
+// and shows who holds a lock.
+//
+//	redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
+//	redlock status [flags] RESOURCE...
+//	redlock help [VERB]
+//
+// Install it with
+//
+//	go install github.com/go-redlock/redlock/cmd/redlock@latest
+//
+// The exit codes of run: the command's own (128+n when a signal n killed
+// it); 75 when the lock is held by another and the wait ended
+// (--conflict-exit-code); 69 when the nodes are unreachable or refuse the
+// lock; 79 when the lock was lost while the command ran; 2 for a usage
+// error; 126 and 127 when the command cannot be run or is not found.
+// `redlock help run` says more.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// The exit codes, besides the command's own.
+const (
+	exitUsage       = 2   // a bad invocation: the usage is on stderr
+	exitUnavailable = 69  // no quorum for reasons other than contention (EX_UNAVAILABLE)
+	exitConflict    = 75  // held by another, and the wait ended (EX_TEMPFAIL: try again later)
+	exitLost        = 79  // the lock was lost while the command ran
+	exitCannotRun   = 126 // the command was found but could not be started
+	exitNotFound    = 127 // the command was not found
+)
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli runs one invocation and returns its exit code.
+func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageTop)
+		return exitUsage
+	}
+	switch verb, rest := args[0], args[1:]; verb {
+	case "run":
+		return runVerb(rest, stderr)
+	case "status":
+		return statusVerb(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		return helpVerb(rest, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "redlock: unknown verb %q\n\n%s", verb, usageTop)
+		return exitUsage
+	}
+}
+
+func helpVerb(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usageTop)
+		return 0
+	}
+	switch args[0] {
+	case "run":
+		fmt.Fprint(stdout, usageRun)
+	case "status":
+		fmt.Fprint(stdout, usageStatus)
+	case "help":
+		fmt.Fprint(stdout, usageTop)
+	default:
+		fmt.Fprintf(stderr, "redlock: no help for unknown verb %q\n\n%s", args[0], usageTop)
+		return exitUsage
+	}
+	return 0
+}
+
+const usageTop = `redlock runs a command under a lock held on a majority of independent Redis nodes.
+
+Usage:
+  redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
+  redlock status [flags] RESOURCE...
+  redlock help [VERB]
+
+Verbs:
+  run      acquire the lock, run the command while extending the lock, release it
+  status   show, node by node, who holds each resource, its ttl and its fencing counter
+  help     show this, or a verb's flags and exit codes
+
+The nodes come from --nodes or REDLOCK_NODES: comma-separated host:port or
+redis:// / rediss:// URLs (user, password, db, TLS), one per independent node.
+Run "redlock help run" for the exit codes.
+`
+
+const usageRun = `Usage: redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
+
+Acquires a lock on the resources (all or none) on a majority of the nodes,
+runs COMMAND in its own process group while extending the lock, and releases
+the lock when the command exits. The command gets REDLOCK_RESOURCES
+(comma-separated), REDLOCK_VALUE (the lock's random value) and, with
+--fencing, REDLOCK_TOKEN in its environment.
+
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlock are passed to the
+command's process group; redlock waits for the command, then releases the lock.
+
+Lost lock: when the lock is lost while the command runs (another holder took it
+after it expired, or the nodes stopped answering), the command's process group
+gets SIGTERM at once, and SIGKILL --kill-grace later, and redlock exits 79.
+Extensions are tried when half the ttl is left and retried while the lock is
+valid; if they keep failing, the SIGTERM goes out --kill-grace + ttl/10 before
+the lock would expire, so that with the default --kill-grace (ttl/4) the
+SIGKILL lands before the lock's validity ends.
+
+Exit codes:
+  the command's own   it ran and exited (128+n when signal n killed it)
+  75                  the lock is held by another and --wait ended (--conflict-exit-code)
+  69                  the nodes are unreachable or refuse the lock (no quorum, not contention)
+  79                  the lock was lost while the command ran
+  2                   usage error
+  126, 127            the command could not be started, or was not found
+
+Flags:
+`
+
+const usageStatus = `Usage: redlock status [flags] RESOURCE...
+
+Shows, for each resource and node: whether the node holds it and by which
+value, the ttl left, and the resource's fencing counter; then whether a
+majority holds it by one value. Exits 0 when it could ask a majority of the
+nodes, 69 otherwise, and 2 for a usage error.
+
+Flags:
+`

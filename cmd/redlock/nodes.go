@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func init() {
+	// go-redis logs its dial failures to stderr; redlock says what went
+	// wrong itself.
+	redis.SetLogger(quiet{})
+}
+
+// quiet is a go-redis logger that drops everything.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// common are the flags every verb that talks to the nodes has.
+type common struct {
+	nodes       string
+	nodeTimeout time.Duration
+	verbose     bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.nodes, "nodes", "",
+		"comma-separated `host:port` or redis:// / rediss:// URLs, one per independent node (default: $REDLOCK_NODES)")
+	fs.DurationVar(&c.nodeTimeout, "node-timeout", 500*time.Millisecond, "how long to wait for one node's answer")
+	fs.BoolVar(&c.verbose, "verbose", false, "log acquire, extend, release and lost-lock lines to stderr")
+}
+
+// node is one node's client and the name to show for it.
+type node struct {
+	name   string
+	client *redis.Client
+}
+
+// dial makes one client per node in list, without connecting. Each
+// client's own timeouts are above the node timeout, so that redlock's
+// timeout is the one that decides.
+func dial(list string, nodeTimeout time.Duration) ([]node, error) {
+	if list == "" {
+		list = os.Getenv("REDLOCK_NODES")
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("no nodes: give --nodes host1:6379,host2:6379,host3:6379 or set REDLOCK_NODES")
+	}
+	var nodes []node
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, fmt.Errorf("--nodes %q has an empty entry", list)
+		}
+		var o *redis.Options
+		if strings.Contains(a, "://") {
+			var err error
+			if o, err = redis.ParseURL(a); err != nil {
+				return nil, fmt.Errorf("node %q: %v (a URL looks like redis://user:password@host:6379/0, or rediss:// for TLS)", a, err)
+			}
+		} else {
+			if !strings.Contains(a, ":") {
+				return nil, fmt.Errorf("node %q has no port: give host:port, such as %s:6379", a, a)
+			}
+			o = &redis.Options{Addr: a}
+		}
+		o.DialTimeout = max(o.DialTimeout, 2*nodeTimeout)
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = -1 // redlock retries attempts itself
+		name := o.Addr
+		if o.DB != 0 {
+			name = fmt.Sprintf("%s/%d", o.Addr, o.DB)
+		}
+		nodes = append(nodes, node{name: name, client: redis.NewClient(o)})
+	}
+	return nodes, nil
+}
+
+func closeNodes(nodes []node) {
+	for _, n := range nodes {
+		_ = n.client.Close()
+	}
+}
+
+func clients(nodes []node) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		cs[i] = n.client
+	}
+	return cs
+}
+
+// newFlagSet returns a flag set that reports its errors as usage errors, with
+// usage followed by the flags.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// usageError prints msg and the verb's usage, and returns the usage exit code.
+func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "redlock %s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
+	fs.Usage()
+	return exitUsage
+}

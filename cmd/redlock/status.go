@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
+)
+
+// nodeState is what one node says about one resource.
+type nodeState struct {
+	Node    string `json:"node"`
+	Held    bool   `json:"held"`
+	Value   string `json:"value,omitempty"`
+	TTLms   int64  `json:"ttl_ms,omitempty"` // what is left of the key's ttl
+	Counter uint64 `json:"fence_counter"`    // the fencing counter, 0 when none
+	Error   string `json:"error,omitempty"`  // why the node could not be asked
+	ttl     time.Duration
+}
+
+// resourceState is one resource on every node, and the verdict.
+type resourceState struct {
+	Resource string      `json:"resource"`
+	Nodes    []nodeState `json:"nodes"`
+	Quorum   int         `json:"quorum"`
+	Held     bool        `json:"held"`            // a quorum holds it by one value
+	Value    string      `json:"value,omitempty"` // that value
+	HeldOn   int         `json:"held_on"`         // how many nodes hold that value (or the most common one)
+	Answered int         `json:"answered"`        // how many nodes answered
+	FenceKey string      `json:"fence_key"`
+	Counter  uint64      `json:"fence_counter"` // the highest counter: the last token granted (or skipped)
+}
+
+func statusVerb(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("status", usageStatus, stderr)
+	var c common
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON, one object per resource in an array")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	resources := fs.Args()
+	if len(resources) == 0 {
+		return usageError(fs, stderr, "no RESOURCE: name the resources to show")
+	}
+	for _, r := range resources {
+		if r == "" {
+			return usageError(fs, stderr, "an empty RESOURCE name")
+		}
+	}
+	if c.nodeTimeout <= 0 {
+		return usageError(fs, stderr, "--node-timeout %v is not positive", c.nodeTimeout)
+	}
+	nodes, err := dial(c.nodes, c.nodeTimeout)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	defer closeNodes(nodes)
+
+	states := make([]resourceState, len(resources))
+	for i, res := range resources {
+		states[i] = resourceState{Resource: res, Quorum: len(nodes)/2 + 1, FenceKey: redlock.FenceKey(res)}
+	}
+	// Ask every node at once, each for every resource in one pipeline.
+	type answer struct {
+		node int
+		per  []nodeState
+	}
+	answers := make(chan answer, len(nodes))
+	for i, n := range nodes {
+		go func() { answers <- answer{i, ask(n, resources, c.nodeTimeout)} }()
+	}
+	per := make([][]nodeState, len(nodes))
+	for range nodes {
+		a := <-answers
+		per[a.node] = a.per
+	}
+	answered := 0
+	for i := range nodes {
+		if per[i][0].Error == "" {
+			answered++
+		}
+	}
+	for ri := range states {
+		s := &states[ri]
+		count := map[string]int{}
+		for ni := range nodes {
+			ns := per[ni][ri]
+			s.Nodes = append(s.Nodes, ns)
+			if ns.Error != "" {
+				continue
+			}
+			s.Answered++
+			s.Counter = max(s.Counter, ns.Counter)
+			if ns.Held {
+				count[ns.Value]++
+			}
+		}
+		for v, n := range count {
+			if n > s.HeldOn {
+				s.Value, s.HeldOn = v, n
+			}
+		}
+		s.Held = s.HeldOn >= s.Quorum
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(states)
+	} else {
+		printStatus(stdout, states)
+	}
+	if answered < len(nodes)/2+1 {
+		fmt.Fprintf(stderr, "redlock status: only %d of %d nodes answered, fewer than a quorum (%d): what is shown may not be the whole truth\n",
+			answered, len(nodes), len(nodes)/2+1)
+		return exitUnavailable
+	}
+	return 0
+}
+
+// ask reads each resource's value, ttl and fencing counter on one node.
+func ask(n node, resources []string, timeout time.Duration) []nodeState {
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
+	defer cancel()
+	type cmds struct {
+		get     *redis.StringCmd
+		pttl    *redis.DurationCmd
+		counter *redis.StringCmd
+	}
+	cs := make([]cmds, len(resources))
+	_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range resources {
+			cs[i] = cmds{p.Get(ctx, r), p.PTTL(ctx, r), p.Get(ctx, redlock.FenceKey(r))}
+		}
+		return nil
+	})
+	out := make([]nodeState, len(resources))
+	for i := range resources {
+		s := nodeState{Node: n.name}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.Error = err.Error()
+			out[i] = s
+			continue
+		}
+		if v, err := cs[i].get.Result(); err == nil {
+			s.Held, s.Value = true, v
+			if d, err := cs[i].pttl.Result(); err == nil && d > 0 {
+				s.ttl, s.TTLms = d, d.Milliseconds()
+			}
+		}
+		if v, err := cs[i].counter.Result(); err == nil {
+			s.Counter, _ = strconv.ParseUint(v, 10, 64)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// printStatus writes the states as text, one block per resource.
+func printStatus(w io.Writer, states []resourceState) {
+	for i, s := range states {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s\n", s.Resource)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, n := range s.Nodes {
+			switch {
+			case n.Error != "":
+				fmt.Fprintf(tw, "  %s\tno answer: %s\t\t\n", n.Node, n.Error)
+			case n.Held:
+				fmt.Fprintf(tw, "  %s\theld by %s\tttl %v\tfence counter %d\n", n.Node, n.Value, n.ttl.Round(time.Millisecond), n.Counter)
+			default:
+				fmt.Fprintf(tw, "  %s\tnot held\t\tfence counter %d\n", n.Node, n.Counter)
+			}
+		}
+		_ = tw.Flush()
+		switch {
+		case s.Held:
+			fmt.Fprintf(w, "  HELD: %d of %d nodes hold value %s (quorum %d)", s.HeldOn, len(s.Nodes), s.Value, s.Quorum)
+		case s.HeldOn > 0:
+			fmt.Fprintf(w, "  NOT HELD by a quorum: at most %d of %d nodes hold one value (quorum %d)", s.HeldOn, len(s.Nodes), s.Quorum)
+		default:
+			fmt.Fprintf(w, "  FREE: no node holds it (%d of %d answered)", s.Answered, len(s.Nodes))
+		}
+		if s.Counter > 0 {
+			fmt.Fprintf(w, "; fence counter %d (%s)", s.Counter, s.FenceKey)
+		}
+		fmt.Fprintln(w)
+	}
+}
