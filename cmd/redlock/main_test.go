@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// The tests build the command and run it as real processes against real
+// redis-server nodes.
+
+var binary string // the built command
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "redlock-cmd")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "redlock")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cluster is three independent nodes and the --nodes value for them.
+type cluster struct {
+	*redistest.Fixture
+	addrs string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	redistest.Require(t)
+	f := redistest.New(t, redistest.Setup{Nodes: 3})
+	var addrs []string
+	for _, nd := range f.Nodes {
+		addrs = append(addrs, nd.Addr())
+	}
+	return &cluster{Fixture: f, addrs: strings.Join(addrs, ",")}
+}
+
+// result is one finished run of the command.
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// command returns the command with args, REDLOCK_NODES set to c's nodes
+// (unset when c is nil).
+func (c *cluster) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	env := []string{}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "REDLOCK_") {
+			env = append(env, e)
+		}
+	}
+	if c != nil {
+		env = append(env, "REDLOCK_NODES="+c.addrs)
+	}
+	cmd.Env = env
+	return cmd
+}
+
+// run runs the command to its end.
+func (c *cluster) run(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := c.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("running %v: %v", args, err)
+	}
+	return r
+}
+
+// empty checks that no node holds key.
+func (c *cluster) empty(t *testing.T, key string) {
+	t.Helper()
+	for i := range c.Nodes {
+		assert.Eventually(t, func() bool {
+			n, err := c.Peek[i].Exists(context.Background(), key).Result()
+			return err == nil && n == 0
+		}, 2*time.Second, 5*time.Millisecond, "%s still on node %d", key, i)
+	}
+}
+
+// heldEverywhere waits until every node holds key.
+func (c *cluster) heldEverywhere(t *testing.T, key string) string {
+	t.Helper()
+	var v string
+	require.Eventually(t, func() bool {
+		v = c.Get(t, 0, key)
+		for i := range c.Nodes {
+			if c.Get(t, i, key) == "" || c.Get(t, i, key) != v {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "%s held on every node", key)
+	return v
+}
+
+// The command's exit code passes through, 128+n for a signal n, and the lock
+// is gone from every node afterwards.
+func TestExitCodePassesThrough(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{{"exit 0", 0}, {"exit 1", 1}, {"exit 7", 7}, {"exit 75", 75}, {"kill -TERM $$", 128 + 15}, {"kill -KILL $$", 128 + 9}} {
+		r := c.run(t, "run", "job", "--", "sh", "-c", tc.script)
+		assert.Equal(t, tc.want, r.code, "sh -c %q: stderr %q", tc.script, r.stderr)
+		assert.Empty(t, r.stderr, "nothing of its own on stderr")
+		c.empty(t, "job")
+	}
+	r := c.run(t, "run", "job", "--", "/no/such/command")
+	assert.Equal(t, exitNotFound, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "cannot run")
+	c.empty(t, "job")
+
+	// The environment the command gets.
+	r = c.run(t, "run", "--fencing", "a,b", "--", "sh", "-c", `echo "$REDLOCK_RESOURCES|$REDLOCK_VALUE|$REDLOCK_TOKEN"`)
+	require.Zero(t, r.code, r.stderr)
+	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
+	require.Len(t, parts, 3)
+	assert.Equal(t, "a,b", parts[0])
+	assert.Len(t, parts[1], 32)
+	assert.Equal(t, "1", parts[2])
+}
+
+// Six runs at once with --wait 0: the command runs exactly once, and the
+// other five exit with the conflict code.
+func TestConcurrentRunsRunOnce(t *testing.T) {
+	c := newCluster(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	var wg sync.WaitGroup
+	results := make([]result, 6)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = c.run(t, "run", "--wait", "0", "nightly", "--", "sh", "-c", "echo ran >> "+marker+"; sleep 1")
+		}()
+	}
+	wg.Wait()
+	codes := map[int]int{}
+	for _, r := range results {
+		codes[r.code]++
+		assert.Empty(t, r.stderr)
+	}
+	assert.Equal(t, map[int]int{0: 1, exitConflict: 5}, codes)
+	b, err := os.ReadFile(marker)
+	require.NoError(t, err)
+	assert.Equal(t, "ran\n", string(b), "the command ran once")
+	c.empty(t, "nightly")
+
+	// --conflict-exit-code changes the code.
+	holder := c.command("run", "nightly", "--", "sleep", "2")
+	require.NoError(t, holder.Start())
+	c.heldEverywhere(t, "nightly")
+	r := c.run(t, "run", "--conflict-exit-code", "9", "nightly", "--", "true")
+	assert.Equal(t, 9, r.code)
+	require.NoError(t, holder.Wait())
+}
+
+// --wait waits for the holder's release, and the command then runs.
+func TestWaitWaitsForTheRelease(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	holder := c.command("run", "report", "--", "sh", "-c", "sleep 1; date +%s%N > "+filepath.Join(dir, "first-done"))
+	require.NoError(t, holder.Start())
+	c.heldEverywhere(t, "report")
+	r := c.run(t, "run", "--wait", "10s", "report", "--", "sh", "-c", "date +%s%N > "+filepath.Join(dir, "second-start"))
+	require.Zero(t, r.code, r.stderr)
+	require.NoError(t, holder.Wait())
+	first, second := readNanos(t, filepath.Join(dir, "first-done")), readNanos(t, filepath.Join(dir, "second-start"))
+	assert.Greater(t, second, first, "the second command started after the first ended")
+	t.Logf("the waiter started %v after the holder's command ended", time.Duration(second-first))
+
+	// A wait that ends while the lock is held: the conflict code.
+	holder = c.command("run", "report", "--", "sleep", "3")
+	require.NoError(t, holder.Start())
+	c.heldEverywhere(t, "report")
+	r = c.run(t, "run", "--wait", "500ms", "report", "--", "true")
+	assert.Equal(t, exitConflict, r.code)
+	assert.Less(t, r.took, 2500*time.Millisecond, "the wait ended at 500ms")
+	require.NoError(t, holder.Wait())
+}
+
+func readNanos(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
+// A lock taken over by another holder while the command runs: the command
+// gets SIGTERM, then SIGKILL when it ignores it, and redlock exits with the
+// lost-lock code without touching the new holder's keys.
+func TestLostLockStopsTheCommand(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		script string
+	}{
+		{"ignores SIGTERM", `trap "" TERM; echo $$ > ` + dir + `/group; sleep 60`},
+		{"stops on SIGTERM", `trap "echo got TERM > ` + dir + `/stops; exit 0" TERM; echo started > /dev/null; while true; do sleep 0.05; done`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := c.command("run", "--ttl", "2s", "--kill-grace", "500ms", "batch", "--", "sh", "-c", tc.script)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			start := time.Now()
+			require.NoError(t, cmd.Start())
+			mine := c.heldEverywhere(t, "batch")
+			// Another holder takes it over (as after an expiry).
+			for i := range c.Nodes {
+				c.Set(t, i, "batch", "the-new-holder", time.Minute)
+			}
+			err := cmd.Wait()
+			took := time.Since(start)
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, exitLost, ee.ExitCode(), "stderr: %s", errb.String())
+			assert.Contains(t, errb.String(), "was lost while the command ran")
+			t.Logf("exited %v after start (ttl 2s: extension at 1s, grace 500ms): %s", took.Round(time.Millisecond), strings.TrimSpace(errb.String()))
+			assert.Less(t, took, 5*time.Second, "the command was stopped")
+			for i := range c.Nodes {
+				assert.Equal(t, "the-new-holder", c.Get(t, i, "batch"), "node %d: the new holder's key is untouched", i)
+			}
+			assert.NotEqual(t, mine, "the-new-holder")
+			for i := range c.Nodes {
+				_, _ = c.Peek[i].Del(context.Background(), "batch").Result()
+			}
+		})
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "stops"))
+	require.NoError(t, err, "the command that stops on SIGTERM got it")
+	assert.Equal(t, "got TERM\n", string(b))
+	// The one that ignored it was killed, its sleep included: nothing is
+	// left of its process group.
+	b, err = os.ReadFile(filepath.Join(dir, "group"))
+	require.NoError(t, err)
+	group, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool { return errors.Is(syscall.Kill(-group, 0), syscall.ESRCH) }, time.Second, 5*time.Millisecond,
+		"process group %d is gone (SIGKILL was sent before redlock exited)", group)
+}
+
+// SIGTERM (and SIGINT, SIGHUP, SIGQUIT) sent to redlock reach the command;
+// redlock waits for it, exits with its code, and releases the lock.
+func TestSignalsReachTheCommand(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
+		name := sig.String()
+		marker := filepath.Join(dir, strconv.Itoa(int(sig)))
+		script := fmt.Sprintf(`trap "echo got > %s; exit 3" %d; while true; do sleep 0.05; done`, marker, sig)
+		cmd := c.command("run", "svc", "--", "sh", "-c", script)
+		require.NoError(t, cmd.Start())
+		c.heldEverywhere(t, "svc")
+		time.Sleep(100 * time.Millisecond) // the trap is set
+		require.NoError(t, cmd.Process.Signal(sig))
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, name)
+		assert.Equal(t, 3, ee.ExitCode(), "%s: the command's own exit code", name)
+		b, err := os.ReadFile(marker)
+		require.NoError(t, err, "%s reached the command", name)
+		assert.Equal(t, "got\n", string(b))
+		c.empty(t, "svc")
+	}
+}
+
+// --fencing tokens count up across runs.
+func TestFencingTokensCountUpAcrossRuns(t *testing.T) {
+	c := newCluster(t)
+	for want := 1; want <= 4; want++ {
+		r := c.run(t, "run", "--fencing", "ledger", "--", "sh", "-c", `echo $REDLOCK_TOKEN`)
+		require.Zero(t, r.code, r.stderr)
+		assert.Equal(t, strconv.Itoa(want), strings.TrimSpace(r.stdout))
+	}
+	r := c.run(t, "run", "ledger", "--", "sh", "-c", `echo "[$REDLOCK_TOKEN]"`)
+	assert.Equal(t, "[]", strings.TrimSpace(r.stdout), "no token without --fencing")
+}
+
+// Bad invocations fail fast, with a message on stderr and the documented
+// code.
+func TestBadInvocations(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct {
+		name    string
+		nodes   bool
+		args    []string
+		code    int
+		message string
+	}{
+		{"no verb", true, nil, exitUsage, "Usage:"},
+		{"unknown verb", true, []string{"lock", "x"}, exitUsage, `unknown verb "lock"`},
+		{"no nodes", false, []string{"run", "x", "--", "true"}, exitUsage, "no nodes: give --nodes"},
+		{"node without a port", false, []string{"run", "--nodes", "localhost", "x", "--", "true"}, exitUsage, `node "localhost" has no port`},
+		{"bad URL", false, []string{"run", "--nodes", "redis://:x@h:notaport", "x", "--", "true"}, exitUsage, "redis://"},
+		{"no command", true, []string{"run", "x"}, exitUsage, "no COMMAND"},
+		{"no command after --", true, []string{"run", "x", "--"}, exitUsage, "no COMMAND"},
+		{"no resource", true, []string{"run", "--", "true"}, exitUsage, "no RESOURCE"},
+		{"two resource arguments", true, []string{"run", "a", "b", "--", "true"}, exitUsage, "join resources with commas"},
+		{"empty resource", true, []string{"run", "a,,b", "--", "true"}, exitUsage, "empty name"},
+		{"duplicate resource", true, []string{"run", "a,a", "--", "true"}, exitUsage, "duplicates"},
+		{"bad duration", true, []string{"run", "--ttl", "ten", "x", "--", "true"}, exitUsage, `invalid value "ten" for flag -ttl`},
+		{"bad wait", true, []string{"run", "--wait", "soon", "x", "--", "true"}, exitUsage, `"forever"`},
+		{"ttl too short", true, []string{"run", "--ttl", "10ms", "x", "--", "true"}, exitUsage, "below 1s"},
+		{"kill grace too long", true, []string{"run", "--ttl", "10s", "--kill-grace", "6s", "x", "--", "true"}, exitUsage, "--kill-grace"},
+		{"bad conflict code", true, []string{"run", "--conflict-exit-code", "300", "x", "--", "true"}, exitUsage, "0-255"},
+		{"status without resource", true, []string{"status"}, exitUsage, "no RESOURCE"},
+		{"help of an unknown verb", true, []string{"help", "lock"}, exitUsage, "unknown verb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r result
+			if tc.nodes {
+				r = c.run(t, tc.args...)
+			} else {
+				r = (*cluster)(nil).run(t, tc.args...)
+			}
+			assert.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
+			assert.Contains(t, r.stderr, tc.message)
+			assert.Less(t, r.took, 3*time.Second)
+		})
+	}
+
+	// Unreachable nodes: the unavailable code, within a couple of seconds.
+	r := c.run(t, "run", "--nodes", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "x", "--", "true")
+	assert.Equal(t, exitUnavailable, r.code)
+	assert.Contains(t, r.stderr, "connection refused")
+	assert.Less(t, r.took, 5*time.Second)
+	t.Logf("unreachable nodes: exit %d after %v: %s", r.code, r.took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+
+	// Help goes to stdout and exits 0.
+	for _, args := range [][]string{{"help"}, {"help", "run"}, {"help", "status"}, {"-h"}} {
+		r := c.run(t, args...)
+		assert.Zero(t, r.code, "%v", args)
+		assert.Contains(t, r.stdout, "Usage", "%v", args)
+	}
+	r = c.run(t, "help", "run")
+	assert.Contains(t, r.stdout, "79")
+}
+
+// status shows who holds a resource on each node, and whether a quorum does.
+func TestStatus(t *testing.T) {
+	c := newCluster(t)
+	r := c.run(t, "run", "--fencing", "report", "--", "true")
+	require.Zero(t, r.code)
+	holder := c.command("run", "--fencing", "report", "--", "sleep", "3")
+	require.NoError(t, holder.Start())
+	value := c.heldEverywhere(t, "report")
+
+	r = c.run(t, "status", "report", "free")
+	require.Zero(t, r.code, r.stderr)
+	t.Log("\n" + r.stdout)
+	assert.Contains(t, r.stdout, "HELD: 3 of 3 nodes hold value "+value+" (quorum 2); fence counter 2 (redlock:fence:{report}:report)")
+	assert.Contains(t, r.stdout, "FREE: no node holds it (3 of 3 answered)")
+
+	r = c.run(t, "status", "--json", "report")
+	require.Zero(t, r.code, r.stderr)
+	var states []resourceState
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &states))
+	require.Len(t, states, 1)
+	assert.True(t, states[0].Held)
+	assert.Equal(t, value, states[0].Value)
+	assert.Equal(t, uint64(2), states[0].Counter)
+	for _, n := range states[0].Nodes {
+		assert.True(t, n.Held)
+		assert.Positive(t, n.TTLms)
+	}
+	require.NoError(t, holder.Wait())
+
+	// A node down: shown, and still a verdict from the others.
+	c.Nodes[2].Kill()
+	r = c.run(t, "status", "report")
+	assert.Zero(t, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "no answer")
+	c.Nodes[1].Kill()
+	r = c.run(t, "status", "report")
+	assert.Equal(t, exitUnavailable, r.code)
+	assert.Contains(t, r.stderr, "only 1 of 3 nodes answered")
+}
