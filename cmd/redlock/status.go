@@ -180,11 +180,11 @@ func printStatus(w io.Writer, states []resourceState) {
 		for _, n := range s.Nodes {
 			switch {
 			case n.Error != "":
-				fmt.Fprintf(tw, "  %s\tno answer: %s\t\t\n", n.Node, n.Error)
+				fmt.Fprintf(tw, "  %s\tno answer\t\t\t(%s)\n", n.Node, n.Error)
 			case n.Held:
-				fmt.Fprintf(tw, "  %s\theld by %s\tttl %v\tfence counter %d\n", n.Node, n.Value, n.ttl.Round(time.Millisecond), n.Counter)
+				fmt.Fprintf(tw, "  %s\theld by %s\tttl %v\tfence counter %d\t\n", n.Node, n.Value, n.ttl.Round(time.Millisecond), n.Counter)
 			default:
-				fmt.Fprintf(tw, "  %s\tnot held\t\tfence counter %d\n", n.Node, n.Counter)
+				fmt.Fprintf(tw, "  %s\tnot held\t\tfence counter %d\t\n", n.Node, n.Counter)
 			}
 		}
 		_ = tw.Flush()
