@@ -142,7 +142,8 @@
 //
 // How: each node keeps a counter per resource, "redlock:fence:{tag}:resource"
 // (tag is the resource's hash tag, or the resource itself, so a Redis
-// Cluster keeps it in the resource's slot), with no expiry. The acquire
+// Cluster keeps it in the resource's slot; [FenceKey] gives it), with no
+// expiry. The acquire
 // script also answers the node's counters; the token is 1 + the highest
 // among the quorum that voted for. A second round writes the token back:
 // on each node, counter = max(counter, token), only where every resource

@@ -260,9 +260,11 @@ func tally(op Op, st ExecutionStats, held int) string {
 		return fmt.Sprintf("held by another lock on %d of %d nodes (quorum %d)", held, n, q)
 	case held > n-q:
 		return fmt.Sprintf("no longer held: the lock's value is gone from %d of %d nodes (quorum %d)", held, n, q)
-	case st.token != 0 && st.Late:
+	case st.fence == fenceTooLate:
+		return fmt.Sprintf("a quorum voted for (%d of %d nodes) with less than 1ms of the lock's validity left: too late to write its fencing token back", len(st.VotesFor), n)
+	case st.fence == fenceSent && st.Late:
 		return fmt.Sprintf("fencing token %d was written back on a quorum only after the lock's validity had passed (%d of %d nodes)", st.token, len(st.VotesFor), n)
-	case st.token != 0:
+	case st.fence == fenceSent:
 		return fmt.Sprintf("fencing token %d was written back on %d of %d nodes, %d needed", st.token, len(st.VotesFor), n, q)
 	case st.Late:
 		return fmt.Sprintf("a quorum voted for only after the lock's validity had passed (%d of %d nodes)", len(st.VotesFor), n)
@@ -294,6 +296,8 @@ var refusals = []refusal{
 	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
 	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + fencePrefix + "{...}:resource) names a key that holds other data: " +
 		"give locks keys of their own (a prefix such as \"lock:\")"},
+	{prefix: exhaustedCounter, what: "the counter reached 2^53-1, the largest token redlock can draw (Lua's numbers are doubles): " +
+		"the protected resource must be moved to a new resource name"},
 	{prefix: badCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
 		"and never write to " + fencePrefix + "* keys"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +

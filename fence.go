@@ -25,39 +25,31 @@ import (
 // fencePrefix starts the name of every fencing counter.
 const fencePrefix = "redlock:fence:"
 
-// maxToken bounds the counters and tokens: Lua's numbers are doubles, exact
-// for integers below 2^53.
+// maxToken is the largest token and counter: Lua's numbers are doubles,
+// exact for integers up to 2^53. A counter that reached it is exhausted.
 const maxToken = 1<<53 - 1
 
 // FenceKey returns the key under which every node keeps resource's fencing
 // counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is
-// resource's hash tag, or resource itself when it has none. It is there to
-// inspect a counter, or to delete it together with the records it protects.
+// resource's hash tag, or resource itself when it has none (or, for a
+// resource with a '}' and no hash tag, a number that hashes to the same
+// Cluster slot). It is there to inspect a counter, or to delete it together
+// with the records it protects.
 func FenceKey(resource string) string { return fenceKey(resource) }
 
 // fenceKey returns the key of resource's fencing counter on every node:
 // "redlock:fence:{" + tag + "}:" + resource, where tag is resource's hash
 // tag (resource itself when it has none), so that on a Redis Cluster the
 // counter is in the resource's slot and one script can take both. A
-// resource with a '}' and no hash tag (rare) has the counter
-// "redlock:fence:" + resource + ":" + n instead, with the smallest n that
-// hashes to the resource's slot. No two resources share a counter.
+// resource with a '}' and no hash tag cannot be its own tag: its tag is the
+// slot's number tag (slotTag), cached per slot. No two resources share a
+// counter: the resource is the key's tail, after the first "}:".
 func fenceKey(resource string) string {
 	tag := hashTag(resource)
-	if strings.IndexByte(tag, '}') < 0 {
-		return fencePrefix + "{" + tag + "}:" + resource
+	if strings.IndexByte(tag, '}') >= 0 {
+		tag = slotTag(slotOf(resource))
 	}
-	// resource has no hash tag, so its slot is the CRC16 of all of it, and
-	// so is the counter's: appending a suffix without braces keeps a key
-	// without a hash tag. About one n in 16384 lands in the slot.
-	base := fencePrefix + resource + ":"
-	slot, crc := slotOf(resource), crc16Update(0, base)
-	for n := 0; ; n++ {
-		d := strconv.Itoa(n)
-		if crc16Update(crc, d)%16384 == slot {
-			return base + d
-		}
-	}
+	return fencePrefix + "{" + tag + "}:" + resource
 }
 
 // fencedKeys returns the KEYS of a fenced script: the resources, then their
@@ -93,11 +85,12 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, st Execut
 	wb := &plan{op: OpFence, s: writeBackScript, keys: p.keys, res: p.res, args: []any{p.args[0], strconv.FormatUint(token, 10)}}
 	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
 	if timeout <= 0 {
-		st.Late, st.token = true, token
+		// Too late to send anything: the attempt fails on its first round.
+		st.Late, st.fence = true, fenceTooLate
 		return st, token
 	}
 	wst, _ := r.attempt(ctx, cfg, wb, timeout)
-	wst.Start, wst.token = st.Start, token
+	wst.Start, wst.token, wst.fence = st.Start, token, fenceSent
 	return wst, token
 }
 
@@ -116,9 +109,11 @@ func TokenFrom(ctx context.Context) (uint64, bool) {
 	return t, ok && t != 0
 }
 
-// withToken returns ctx carrying token, when the lock has one.
+// withToken returns ctx carrying token. An unfenced lock (token 0) hides a
+// token that ctx carries already (a fenced Using around it, for other
+// resources), so that TokenFrom never hands fn a token of another lock.
 func withToken(ctx context.Context, token uint64) context.Context {
-	if token == 0 {
+	if token == 0 && ctx.Value(tokenKey{}) == nil {
 		return ctx
 	}
 	return context.WithValue(ctx, tokenKey{}, token)

@@ -331,3 +331,59 @@ func TestBadCounterIsRefused(t *testing.T) {
 		assert.Empty(t, f.Get(t, i, "bad"), "node %d: nothing written", i)
 	}
 }
+
+// An unfenced Using inside a fenced one: fn's ctx carries no token, not the
+// outer lock's (which belongs to other resources).
+func TestNestedUnfencedUsingHidesTheOuterToken(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	acquireToken(t, f.rl, "outer")
+	err := f.rl.Using(ctx, []string{"outer"}, time.Second, func(octx context.Context) error {
+		tok, ok := redlock.TokenFrom(octx)
+		assert.True(t, ok)
+		assert.Equal(t, uint64(2), tok)
+		require.NoError(t, f.rl.Using(octx, []string{"inner"}, time.Second, func(ictx context.Context) error {
+			tok, ok := redlock.TokenFrom(ictx)
+			assert.False(t, ok, "an unfenced Using inside a fenced one got token %d", tok)
+			assert.Zero(t, tok)
+			return nil
+		}))
+		return f.rl.Using(octx, []string{"inner2"}, time.Second, func(ictx context.Context) error {
+			tok, ok := redlock.TokenFrom(ictx)
+			assert.True(t, ok)
+			assert.Equal(t, uint64(1), tok, "a fenced Using inside: its own token")
+			return nil
+		}, fenced)
+	}, fenced)
+	require.NoError(t, err)
+}
+
+// The largest token, 2^53-1, is drawn once; after it the counter is
+// exhausted, and a fenced Acquire says so (and what to do), with nothing
+// written.
+func TestExhaustedCounter(t *testing.T) {
+	f := newNodes(t, 3)
+	for i := range 3 {
+		f.Set(t, i, counterOf("m"), "9007199254740990", 0)
+	}
+	assert.Equal(t, uint64(1<<53-1), acquireToken(t, f.rl, "m"))
+	_, err := f.rl.Acquire(context.Background(), []string{"m"}, time.Second, fenced)
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "fencing tokens exhausted")
+	assert.Contains(t, err.Error(), "moved to a new resource name")
+	for i := range 3 {
+		assert.Empty(t, f.Get(t, i, "m"), "node %d: nothing written", i)
+	}
+}
+
+// The counters' namespace is not a resource: a name in it is refused before
+// anything is sent.
+func TestCounterNamespaceIsNotAResource(t *testing.T) {
+	f := newNodes(t, 3)
+	for _, res := range [][]string{{"redlock:fence:{z}:z"}, {"x", redlock.FenceKey("x")}} {
+		_, err := f.rl.Acquire(context.Background(), res, time.Second, fenced)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument, "%q", res)
+		assert.Contains(t, err.Error(), "namespace of the fencing counters")
+	}
+}

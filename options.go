@@ -188,8 +188,9 @@ func WithWakeOnRelease(on bool) Option {
 // Each node keeps a counter per resource, under the key
 // "redlock:fence:{tag}:resource" (tag is the resource's hash tag, or the
 // resource itself; so a Redis Cluster keeps it in the resource's slot),
-// with no expiry: about 100 bytes per resource ever fenced (measured with
-// MEMORY USAGE on Redis 7.0; the exact figure is in README.md). A fenced
+// with no expiry ([FenceKey] gives the name; names in redlock:fence:* are
+// refused as resources): about 110 bytes per resource ever fenced (measured
+// on Redis 7.0; the figures are in README.md). A fenced
 // Acquire makes one more round trip after its quorum: it writes the token
 // back to the nodes, and the lock is granted when a quorum took it within
 // the lock's validity. On healthy nodes the first fenced lock of a resource

@@ -32,8 +32,18 @@ type ExecutionStats struct {
 	// validity had passed, so the attempt counted as a failure.
 	Late bool
 
-	token uint64 // a fenced attempt that reached its write-back: the token
+	token uint64     // a fenced attempt whose first round reached a quorum: its token
+	fence fenceRound // and what became of its write-back
 }
+
+// fenceRound is what became of a fenced attempt's write-back.
+type fenceRound uint8
+
+const (
+	fenceNone    fenceRound = iota // not fenced, or the first round failed
+	fenceSent                      // sent: the votes are the write-back's
+	fenceTooLate                   // not sent: no validity was left after the first round
+)
 
 // ExecutionResult is what a successful Release returns.
 type ExecutionResult struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,7 +145,8 @@ func validateTTL(ttl time.Duration, cfg *config) error {
 	return nil
 }
 
-// validateResources refuses an empty list, an empty name and a duplicate.
+// validateResources refuses an empty list, an empty name, a name in the
+// fencing counters' namespace, and a duplicate.
 func validateResources(resources []string) error {
 	if len(resources) == 0 {
 		return invalid("no resources to lock")
@@ -152,6 +154,9 @@ func validateResources(resources []string) error {
 	for i, res := range resources {
 		if res == "" {
 			return invalid("resources[%d] is empty", i)
+		}
+		if strings.HasPrefix(res, fencePrefix) {
+			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, fencePrefix)
 		}
 		for j := range i {
 			if resources[j] == res {

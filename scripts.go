@@ -82,7 +82,8 @@ return count
 	// It reads every counter before it writes anything, and answers
 	// {applied, highest counter}: a node votes for when applied is the
 	// number of resources. A counter that is not a token (a whole number in
-	// [0, 2^53-1)) is refused, with nothing written.
+	// [0, 2^53-1]) is refused, and so is one at 2^53-1 (no larger token can
+	// be drawn), with nothing written.
 	fencedAcquireSrc = `
 local n = #KEYS / 2
 for i = 1, n do
@@ -94,8 +95,11 @@ for i = n + 1, #KEYS do
   local c = redis.call("get", KEYS[i])
   if c then
     local x = tonumber(c)
-    if not x or x < 0 or x ~= math.floor(x) or x >= 9007199254740991 then
+    if not x or x < 0 or x ~= math.floor(x) or x > 9007199254740991 then
       return redis.error_reply("` + badCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+    end
+    if x == 9007199254740991 then
+      return redis.error_reply("` + exhaustedCounter + `" .. KEYS[i] .. " holds 9007199254740991")
     end
     if x > top then top = x end
   end
@@ -141,8 +145,12 @@ return count
 )
 
 // badCounter starts the error reply of a fenced script that found a
-// fencing counter holding something other than a token.
-const badCounter = "ERR redlock: the fencing counter "
+// fencing counter holding something other than a token, exhaustedCounter
+// that of one that found a counter at maxToken.
+const (
+	badCounter       = "ERR redlock: the fencing counter "
+	exhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
+)
 
 // script is a Lua script with its SHA-1, run with EVALSHA and, when the node
 // does not have it cached (NOSCRIPT), with EVAL, which caches it there.

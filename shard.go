@@ -43,21 +43,27 @@ func shardedChannel(key string) string {
 	if ch := shardedPrefix + "{" + hashTag(key) + "}"; slotOf(ch) == slot {
 		return ch
 	}
-	if ch, ok := slotChannels.Load(slot); ok {
-		return ch.(string)
+	return shardedPrefix + "{" + slotTag(slot) + "}"
+}
+
+// slotTag returns the smallest number, in decimal, whose CRC16 lands in
+// slot: a hash tag for the slot itself, for the keys and channels of a
+// resource that cannot be its own tag. About one number in 16384 lands in a
+// given slot; each slot's is searched once, and cached.
+func slotTag(slot uint16) string {
+	if tag, ok := slotTags.Load(slot); ok {
+		return tag.(string)
 	}
-	// About one number in 16384 hashes to a given slot.
 	for n := 0; ; n++ {
 		if tag := strconv.Itoa(n); crc16(tag)%16384 == slot {
-			ch := shardedPrefix + "{" + tag + "}"
-			slotChannels.Store(slot, ch)
-			return ch
+			slotTags.Store(slot, tag)
+			return tag
 		}
 	}
 }
 
-// slotChannels caches the slot channels that shardedChannel found.
-var slotChannels sync.Map // uint16 -> string
+// slotTags caches slotTag's answers: at most one string per slot.
+var slotTags sync.Map // uint16 -> string
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), Redis Cluster's.
 func crc16(s string) uint16 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +337,60 @@ func TestFencedJudge(t *testing.T) {
 	assert.Equal(t, OpFence, rle.Op)
 	assert.ErrorIs(t, rle, ErrLockExpired)
 	assert.Equal(t, []string{"a", "b", "redlock:fence:{a}:a", "redlock:fence:{b}:b"}, keys)
+}
+
+// A first round that reaches its quorum with no validity left sends no
+// write-back, and the error says so rather than "written back".
+func TestWriteBackWithNoValidityLeft(t *testing.T) {
+	var calls atomic.Int32
+	fakes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Result: int64(1)}}
+	rl := newFake(t, fakes)
+	for _, nd := range rl.nodes {
+		nd.scripts = countingScripter{nd.scripts, &calls}
+	}
+	p := fencedAcquirePlan([]string{"k"}, time.Second)
+	p.args[0] = "v"
+	st := ExecutionStats{Start: time.Now().Add(-time.Second), MembershipSize: 3, QuorumSize: 2, VotesFor: []int{0, 1}}
+	as := &attemptState{nodes: make([]nodeCall, 3)}
+	got, token := rl.writeBack(context.Background(), rl.cfg, p, st, as, 990*time.Millisecond)
+	assert.True(t, got.Late)
+	assert.Equal(t, uint64(1), token)
+	assert.Zero(t, calls.Load(), "no write-back sent")
+	msg := tally(OpAcquire, got, 0)
+	assert.Contains(t, msg, "too late to write its fencing token back")
+	assert.NotContains(t, msg, "was written back")
+}
+
+// countingScripter counts the scripts a node is sent.
+type countingScripter struct {
+	scripter
+	n *atomic.Int32
+}
+
+func (c countingScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	c.n.Add(1)
+	return c.scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+func (c countingScripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	c.n.Add(1)
+	return c.scripter.Eval(ctx, src, keys, args...)
+}
+
+func (c countingScripter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	c.n.Add(1)
+	return c.scripter.Pipelined(ctx, fn)
+}
+
+// fenceKey is cheap for every resource: the odd ones (a '}' and no hash
+// tag) take their slot's cached tag.
+func BenchmarkFenceKey(b *testing.B) {
+	for _, res := range []string{"orders:12345", "{orders}:1", "}", "job}7"} {
+		b.Run(res, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = fenceKey(res)
+			}
+		})
+	}
 }
