@@ -46,7 +46,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	switch verb, rest := args[0], args[1:]; verb {
 	case "run":
-		return runVerb(rest, stderr)
+		return runVerb(rest, stdout, stderr)
 	case "status":
 		return statusVerb(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -64,9 +64,11 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		fmt.Fprint(stdout, usageRun)
+		fs, _ := runFlagSet(stdout)
+		fs.Usage()
 	case "status":
-		fmt.Fprint(stdout, usageStatus)
+		fs, _, _ := statusFlagSet(stdout)
+		fs.Usage()
 	case "help":
 		fmt.Fprint(stdout, usageTop)
 	default:

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -373,8 +374,90 @@ func TestBadInvocations(t *testing.T) {
 		assert.Zero(t, r.code, "%v", args)
 		assert.Contains(t, r.stdout, "Usage", "%v", args)
 	}
-	r = c.run(t, "help", "run")
-	assert.Contains(t, r.stdout, "79")
+	for _, args := range [][]string{{"help", "run"}, {"run", "-h"}, {"run", "x", "--help", "--", "true"}} {
+		r = c.run(t, args...)
+		assert.Zero(t, r.code, "%v", args)
+		assert.Contains(t, r.stdout, "79", "%v: the exit codes", args)
+		assert.Contains(t, r.stdout, "-kill-grace duration", "%v: the flags", args)
+	}
+	r = c.run(t, "help", "status")
+	assert.Contains(t, r.stdout, "-json")
+}
+
+// A command that exits and leaves a child running in its group: the child
+// is stopped before the lock is released, so nothing runs unlocked.
+func TestLeftoverProcessesAreStoppedBeforeTheRelease(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	r := c.run(t, "run", "--ttl", "4s", "--kill-grace", "300ms", "bg", "--", "sh", "-c",
+		`sh -c 'trap "" TERM; echo $$ > `+dir+`/ignores; exec sleep 60' & sleep 60 & echo $$ > `+dir+`/group; sleep 0.2; exit 4`)
+	assert.Equal(t, 4, r.code, "the command's own code: %s", r.stderr)
+	assert.Contains(t, r.stderr, "left processes in its group")
+	b, err := os.ReadFile(filepath.Join(dir, "group"))
+	require.NoError(t, err)
+	group, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	assert.False(t, groupAlive(group), "nothing of the group runs when redlock has exited")
+	c.empty(t, "bg")
+	t.Logf("exited %v after start (the leftovers: one stopped by SIGTERM, one by SIGKILL after 300ms)", r.took.Round(time.Millisecond))
+}
+
+// At a terminal, the command is in the foreground: it reads what is typed.
+func TestCommandReadsTheTerminal(t *testing.T) {
+	c := newCluster(t)
+	master, slave := openPTY(t)
+	cmd := c.command("run", "tty", "--", "sh", "-c", `read x; echo "got $x"`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	require.NoError(t, cmd.Start())
+	_ = slave.Close()
+	c.heldEverywhere(t, "tty")
+	time.Sleep(200 * time.Millisecond) // the command is reading
+	_, err := master.Write([]byte("hello\n"))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var out bytes.Buffer
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, err := master.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the command did not finish: it could not read the terminal (stopped by SIGTTIN?)")
+	}
+	time.Sleep(50 * time.Millisecond)
+	assert.Contains(t, out.String(), "got hello")
+	c.empty(t, "tty")
+}
+
+// openPTY opens a pseudo-terminal pair.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatalf("unlockpt: %v", e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatalf("ptsname: %v", e)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	require.NoError(t, err)
+	return m, s
 }
 
 // status shows who holds a resource on each node, and whether a quorum does.

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,20 +62,45 @@ type runFlags struct {
 	killGrace time.Duration
 }
 
-func runVerb(args []string, stderr io.Writer) int {
-	fs := newFlagSet("run", usageRun, stderr)
-	var f runFlags
+// runFlagSet returns run's flags, writing errors and usage to out.
+func runFlagSet(out io.Writer) (*flag.FlagSet, *runFlags) {
+	fs := newFlagSet("run", usageRun, out)
+	f := &runFlags{}
 	f.register(fs)
 	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "the lock's ttl; the lock is extended while the command runs")
 	fs.Var(&f.wait, "wait", "how long to wait for the lock, a `duration`: 0 tries once, \"forever\" waits until it is free (default 0)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "the exit code when the lock is held by another and the wait ended")
 	fs.BoolVar(&f.fencing, "fencing", false, "acquire with a fencing token, given to the command as REDLOCK_TOKEN")
 	fs.DurationVar(&f.killGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL to the command when the lock is lost (default ttl/4, at most ttl/2)")
+	return fs, f
+}
 
+// wantsHelp reports whether args ask for help (-h, -help, --help) before
+// the command.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+func runVerb(args []string, stdout, stderr io.Writer) int {
+	if wantsHelp(args) {
+		fs, _ := runFlagSet(stdout)
+		fs.Usage()
+		return 0
+	}
+	fs, fp := runFlagSet(stderr)
 	resources, command, code := parseRun(fs, args)
 	if code >= 0 {
 		return code
 	}
+	f := *fp
 	switch {
 	case f.ttl < time.Second:
 		return usageError(fs, stderr, "--ttl %v is below 1s: the lock must outlive a few extension attempts", f.ttl)
@@ -167,17 +193,20 @@ type runner struct {
 }
 
 func (r *runner) run(nodes []node) int {
-	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing))
+	// A signal before the command starts ends the wait for the lock; one
+	// while it runs is passed to it; one after it (while the lock is
+	// released, and Close waits for what is in flight) is ignored.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
+		redlock.WithErrorHandler(r.nodeTrouble()))
 	if err != nil {
 		fmt.Fprintf(r.stderr, "redlock run: %v\n", err)
 		return exitUsage
 	}
 	defer rl.Close() // waits for releases still on their way
-
-	// A signal before the command starts ends the wait for the lock.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
 
 	lock, code := r.acquire(rl, sigs)
 	if lock == nil {
@@ -189,6 +218,12 @@ func (r *runner) run(nodes []node) int {
 	cmd := exec.Command(r.command[0], r.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group, signalled as one
+	tty := terminal()
+	if tty >= 0 {
+		// At a terminal, the command's group takes the foreground: it can
+		// read the terminal, and gets Ctrl-C itself.
+		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
+	}
 	cmd.Env = append(os.Environ(), "REDLOCK_RESOURCES="+strings.Join(r.resources, ","), "REDLOCK_VALUE="+lock.Value())
 	if r.fencing {
 		cmd.Env = append(cmd.Env, "REDLOCK_TOKEN="+strconv.FormatUint(lock.Token(), 10))
@@ -220,24 +255,60 @@ func (r *runner) run(nodes []node) int {
 		}
 	}()
 	waitErr := cmd.Wait()
-	close(exited)
-	stop()
-	<-k.done
+	if tty >= 0 {
+		takeTerminal(tty)
+	}
 	code = exitCode(cmd, waitErr)
-
 	select {
 	case <-k.lost:
 		// What is left of the group (children that ignore SIGTERM) is
 		// killed at the end of the grace, before redlock exits.
-		if syscall.Kill(-group, 0) == nil {
+		if groupAlive(group) {
 			<-k.killed
 		}
+	default:
+		// The command has exited; what it left running in its group
+		// (a child in the background) is still under the lock: it is
+		// stopped (SIGTERM, then SIGKILL after the grace) before the
+		// lock is released, while the lock is still extended.
+		if groupAlive(group) {
+			r.log.Warn("the command exited and left processes in its group: stopping them before the release", "grace", r.killGrace)
+			stopGroup(group, r.killGrace)
+		}
+	}
+	close(exited)
+	stop()
+	<-k.done
+	select {
+	case <-k.lost:
 		r.release(k.lock, true)
 		return exitLost
 	default:
 	}
 	r.release(k.lock, false)
 	return code
+}
+
+// nodeTrouble returns the error handler that says, once per node, that a
+// node failed (not contention, not a call cut short): by default redlock
+// prints nothing, but a node that does not answer is something going wrong.
+func (r *runner) nodeTrouble() func(error) {
+	var mu sync.Mutex
+	said := map[int]bool{}
+	return func(err error) {
+		var ne *redlock.NodeError
+		var rle *redlock.ResourceLockedError
+		if !errors.As(err, &ne) || errors.As(err, &rle) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		mu.Lock()
+		first := !said[ne.Node]
+		said[ne.Node] = true
+		mu.Unlock()
+		if first {
+			r.log.Warn("a node failed", "node", ne.Node, "op", ne.Op, "err", ne.Err)
+		}
+	}
 }
 
 // acquire takes the lock, waiting as --wait says; a signal ends the wait.
@@ -303,13 +374,17 @@ func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.L
 func (r *runner) release(lock *redlock.Lock, lost bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(2*time.Second, 4*r.nodeTimeout))
 	defer cancel()
-	_, err := lock.Release(ctx)
+	expires := lock.Expiration()
+	// A few retries, whatever --wait was (the lock keeps its acquire's
+	// options, a single attempt with --wait 0).
+	_, err := lock.Release(ctx, redlock.WithRetryCount(3))
 	switch {
 	case err == nil:
 		r.log.Info("released", "resources", r.resources)
 	case lost && errors.Is(err, redlock.ErrLockExpired):
 	default:
-		r.log.Warn("release failed: the lock stays held until it expires", "expires", lock.Expiration(), "err", err)
+		r.log.Warn("release failed on a quorum; the deletes are sent again until redlock exits, and the lock expires by then at the latest",
+			"expires", expires.Format(time.RFC3339Nano), "err", err)
 	}
 }
 

@@ -40,11 +40,22 @@ type resourceState struct {
 	Counter  uint64      `json:"fence_counter"` // the highest counter: the last token granted (or skipped)
 }
 
-func statusVerb(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", usageStatus, stderr)
-	var c common
+// statusFlagSet returns status's flags, writing errors and usage to out.
+func statusFlagSet(out io.Writer) (*flag.FlagSet, *common, *bool) {
+	fs := newFlagSet("status", usageStatus, out)
+	c := &common{}
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per resource in an array")
+	return fs, c, asJSON
+}
+
+func statusVerb(args []string, stdout, stderr io.Writer) int {
+	if wantsHelp(args) {
+		fs, _, _ := statusFlagSet(stdout)
+		fs.Usage()
+		return 0
+	}
+	fs, c, asJSON := statusFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -133,7 +144,7 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 
 // ask reads each resource's value, ttl and fencing counter on one node.
 func ask(n node, resources []string, timeout time.Duration) []nodeState {
-	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	type cmds struct {
 		get     *redis.StringCmd
