@@ -93,7 +93,7 @@ func run(addrList string) error {
 	// stopped VM) for longer than its ttl.
 	a, err := rl.Acquire(ctx, account, 300*time.Millisecond)
 	if err != nil {
-		return fmt.Errorf("A's acquire: %w", err)
+		return fmt.Errorf("acquire for holder A: %w", err)
 	}
 	fmt.Printf("A holds the lock with token %d\n", a.Token())
 	if err := store.Write("account:7", a.Token(), "balance=100 (A)"); err != nil {
@@ -107,7 +107,7 @@ func run(addrList string) error {
 	// pause; in life, during it), with a larger token.
 	b, err := rl.Acquire(ctx, account, 5*time.Second)
 	if err != nil {
-		return fmt.Errorf("B's acquire: %w", err)
+		return fmt.Errorf("acquire for holder B: %w", err)
 	}
 	fmt.Printf("B holds the lock with token %d\n", b.Token())
 	if err := store.Write("account:7", b.Token(), "balance=80 (B)"); err != nil {
@@ -122,7 +122,7 @@ func run(addrList string) error {
 		return errors.New("the stale write was accepted")
 	}
 	if _, err := b.Release(ctx); err != nil {
-		return fmt.Errorf("B's release: %w", err)
+		return fmt.Errorf("release for holder B: %w", err)
 	}
 
 	// With Using, fn finds the token in its context.
@@ -132,7 +132,7 @@ func run(addrList string) error {
 		return store.Write("account:7", token, "balance=90 (C)")
 	})
 	if err != nil {
-		return fmt.Errorf("C: %w", err)
+		return fmt.Errorf("holder C: %w", err)
 	}
 	value, fence := store.Read("account:7")
 	fmt.Printf("the record: %s, written with token %d\n", value, fence)
