@@ -416,12 +416,17 @@ func TestCommandReadsTheTerminal(t *testing.T) {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var out bytes.Buffer
+	var (
+		mu  sync.Mutex
+		out bytes.Buffer
+	)
 	go func() {
 		buf := make([]byte, 1024)
 		for {
 			n, err := master.Read(buf)
+			mu.Lock()
 			out.Write(buf[:n])
+			mu.Unlock()
 			if err != nil {
 				return
 			}
@@ -434,8 +439,11 @@ func TestCommandReadsTheTerminal(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("the command did not finish: it could not read the terminal (stopped by SIGTTIN?)")
 	}
-	time.Sleep(50 * time.Millisecond)
-	assert.Contains(t, out.String(), "got hello")
+	assert.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(out.String(), "got hello")
+	}, 2*time.Second, 10*time.Millisecond, "the command read the line and answered")
 	c.empty(t, "tty")
 }
 
