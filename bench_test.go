@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // BenchmarkAcquireRelease measures one Acquire and one Release of a single
@@ -87,6 +88,34 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAcquireReleaseReplicaAck measures Acquire+Release on 3 primaries
+// with a replica each, without and with WithReplicaAck(1, 100ms) (a WAIT
+// after each acquire).
+func BenchmarkAcquireReleaseReplicaAck(b *testing.B) {
+	primaries := redistest.StartWithReplicas(b, 3, 1)
+	for _, bc := range []struct {
+		name string
+		opts []redlock.Option
+	}{{"plain", nil}, {"ack=1", []redlock.Option{redlock.WithReplicaAck(1, 100*time.Millisecond), redlock.WithNodeTimeout(500 * time.Millisecond)}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rl := newFixture(b, redistest.Setup{On: primaries}, bc.opts...).rl
+			ctx := context.Background()
+			keys := []string{"bench-ack"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				l, err := rl.Acquire(ctx, keys, 10*time.Second)
+				if err != nil {
+					b.Fatalf("Acquire = %v", err)
+				}
+				if _, err := l.Release(ctx); err != nil {
+					b.Fatalf("Release = %v", err)
+				}
+			}
+		})
+	}
 }
 
 func benchRedlock(b *testing.B, n int) *redlock.Redlock {

@@ -302,6 +302,8 @@ var refusals = []refusal{
 		"and never write to " + fencePrefix + "* keys"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
+	{prefix: "ERR unknown command 'WAITAOF'", what: "WithAOFAck needs WAITAOF, which Redis 7.2 added: upgrade the node, " +
+		"or wait for replicas with WithReplicaAck (WAIT)"},
 	{prefix: "ERR unknown command", what: "the node does not run Lua scripts (EVALSHA or EVAL renamed or disabled), which redlock needs"},
 	{prefix: "DENIED", what: "the node refuses remote clients (protected mode): set a password or bind it to the clients' network"},
 }

@@ -199,6 +199,8 @@ type call struct {
 	timeout time.Duration // how long the node may stay silent (the node timeout)
 	err     error         // the answer, set by the worker
 	counter uint64        // a fenced acquire's answer: the highest fencing counter of its resources there
+	ack     *ackPolicy    // acquire, extend, fence with WithReplicaAck: the replicas its write must reach
+	acks    int           // with ack: how many replicas acknowledged the write (-1: not known)
 
 	// An attempt's call: its vote goes to at, as node's.
 	at   *attemptState
@@ -335,7 +337,7 @@ func (l *lane) send(batch []*call) bool {
 	case onTime:
 		onTime = l.round(missing, timeout, withSource)
 	default:
-		runBatch(context.Background(), l.node.scripts, missing, withSource)
+		runBatch(context.Background(), l.via(missing), missing, withSource)
 	}
 
 	// What the node said: a reply (even an error reply) shows it alive;
@@ -430,7 +432,7 @@ func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 			l.silent(calls, timeout)
 		}
 	})
-	runBatch(context.Background(), l.node.scripts, calls, how)
+	runBatch(context.Background(), l.via(calls), calls, how)
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
 	return onTime
@@ -634,10 +636,31 @@ type evaler interface {
 	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
 }
 
+// via returns what calls are sent through: the node's client, or, for calls
+// that wait for replicas on a Cluster, the shard primary's own client (WAIT
+// must follow the script on the same connection, and go-redis does not send
+// WAIT in a Cluster pipeline).
+func (l *lane) via(calls []*call) scripter {
+	if l.node.cluster == nil || l.node.scripts != scripter(l.node.cluster) {
+		return l.node.scripts
+	}
+	for _, c := range calls {
+		if c.ack != nil {
+			if m, err := l.node.cluster.MasterForKey(context.Background(), c.keys[0]); err == nil {
+				return m
+			}
+			break
+		}
+	}
+	return l.node.scripts
+}
+
 // runBatch runs calls in one round trip: alone when there is one, else in
 // one pipeline; with EVALSHA, or, withSource, with EVAL (which caches the
 // script on the node). A call whose script the node lacks gets the NOSCRIPT
-// error, for send to run again withSource.
+// error, for send to run again withSource. When a call asks for replica
+// acknowledgements, the pipeline ends with WAIT (or WAITAOF), which counts
+// the replicas that took every write before it on the connection.
 func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 	eval := func(s evaler, p *call) *redis.Cmd {
 		if how == withSource {
@@ -645,21 +668,29 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 		}
 		return s.EvalSha(ctx, p.s.hash, p.keys, p.args...)
 	}
-	if len(calls) == 1 {
+	ack := strictest(calls)
+	if len(calls) == 1 && ack == nil {
 		p := calls[0]
 		res, err := eval(c, p).Result()
 		p.err = p.s.judge(res, err, p)
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
+	var wait *redis.Cmd
 	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, p := range calls {
 			cmds[i] = eval(pipe, p)
+		}
+		if ack != nil {
+			wait = ack.send(ctx, pipe)
 		}
 		return nil
 	})
 	for i, p := range calls {
 		res, err := cmds[i].Result()
 		p.err = p.s.judge(res, err, p)
+	}
+	if ack != nil {
+		judgeAcks(calls, wait)
 	}
 }

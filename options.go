@@ -25,6 +25,7 @@ type config struct {
 	onError            func(error)
 	wake               bool
 	fencing            bool
+	ack                *ackPolicy // WithReplicaAck, WithAOFAck; nil: none
 }
 
 // defaultConfig holds every default, node-redlock's where it has one.
@@ -63,6 +64,21 @@ func (c *config) validate() error {
 		return invalid("automatic extension threshold %v is outside [0, %v] (WithAutomaticExtensionThreshold)", c.extensionThreshold, maxDuration)
 	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
 		return invalid("node timeout %v is outside [%v, %v] (WithNodeTimeout)", c.nodeTimeout, minNodeTimeout, maxDuration)
+	}
+	if a := c.ack; a != nil {
+		name := "WithReplicaAck"
+		if a.aof {
+			name = "WithAOFAck"
+		}
+		switch {
+		case a.replicas < 0:
+			return invalid("%d replicas is negative (%s)", a.replicas, name)
+		case a.timeout < time.Millisecond || a.timeout%time.Millisecond != 0:
+			return invalid("replica wait %v is not a positive whole number of milliseconds (%s)", a.timeout, name)
+		case 2*a.timeout >= c.nodeTimeout:
+			return invalid("replica wait %v is not below half the node timeout %v: a node that must be sent the scripts again "+
+				"(after a restart) waits twice, and would be given up on; lower the wait in %s or raise WithNodeTimeout", a.timeout, c.nodeTimeout, name)
+		}
 	}
 	return nil
 }
@@ -205,4 +221,55 @@ func WithWakeOnRelease(on bool) Option {
 // Extend keeps the token, and Release leaves the counters as they are.
 func WithFencing(on bool) Option {
 	return func(c *config) { c.fencing = on }
+}
+
+// WithReplicaAck makes a node's vote for an acquire, an extend or a fencing
+// write-back count only once the write has reached at least replicas of the
+// node's replicas, waiting for them up to timeout (the WAIT command, sent
+// on the same connection right after the script). A node whose write falls
+// short votes against with a [*ReplicaAckError]; the write stays there until
+// the failed attempt's cleanup or the lock's release deletes it. So a lock
+// survives a failover of a node (a Sentinel group, a Cluster shard) to a
+// replica that took it. Releases are not waited for. ExecutionStats
+// .ReplicaAcks says how many replicas each node's write reached.
+//
+// timeout must be a whole number of milliseconds, below half the node
+// timeout ([WithNodeTimeout]): each call waits for its replicas within it,
+// twice on a node that lacks the scripts (after a restart). A node ends a
+// WAIT up to 1000/hz ms after its timeout (100ms with Redis's default hz
+// 10), so leave that much room too: WithNodeTimeout(500ms) for a wait of
+// 100ms, say. On a
+// Redis Cluster, the script and WAIT go to the shard's primary on one of its
+// own connections. replicas 0 turns it off. WAIT is not consensus: Redis's
+// documentation notes that a failover can still lose an acknowledged write
+// in rare cases (a replica that took it but is not the one promoted).
+// Default: off.
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(c *config) {
+		if replicas == 0 {
+			c.ack = nil
+			return
+		}
+		c.ack = &ackPolicy{replicas: replicas, timeout: timeout}
+	}
+}
+
+// WithAOFAck is [WithReplicaAck] with WAITAOF (Redis 7.2 and later): the
+// write must be in the append-only file of at least replicas replicas, and,
+// with local, of the node itself (which then needs appendonly yes). On a
+// node older than 7.2 every such vote is a refusal that says so, and the
+// call ends: it never passes for a wait that was not made. local false and
+// replicas 0 turns it off. Default: off.
+func WithAOFAck(local bool, replicas int, timeout time.Duration) Option {
+	return func(c *config) {
+		if !local && replicas == 0 {
+			c.ack = nil
+			return
+		}
+		l := 0
+		if local {
+			l = 1
+		}
+		c.ack = &ackPolicy{replicas: replicas, local: l, aof: true, timeout: timeout}
+	}
 }

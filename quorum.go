@@ -31,6 +31,11 @@ type ExecutionStats struct {
 	// Late reports that a quorum voted for, but only after the lock's
 	// validity had passed, so the attempt counted as a failure.
 	Late bool
+	// ReplicaAcks holds, with [WithReplicaAck] or [WithAOFAck], how many
+	// replicas each node's write reached (indexed like the clients given
+	// to New; -1 when not known: no answer, or the script failed); nil
+	// without those options, and for releases.
+	ReplicaAcks []int
 
 	token uint64     // a fenced attempt whose first round reached a quorum: its token
 	fence fenceRound // and what became of its write-back
@@ -70,6 +75,7 @@ func (q *quorum) needed() int { return len(q.nodes)/2 + 1 }
 type vote struct {
 	node int
 	err  *NodeError // nil: for
+	acks int        // with replica acks: how many replicas took the write; -1 not known
 }
 
 // What happened to one node's call in one attempt.
@@ -126,6 +132,14 @@ type attemptState struct {
 func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time.Duration) (ExecutionStats, *attemptState) {
 	n := q.size()
 	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q.needed(), VotesFor: make([]int, 0, n)}
+	var ack *ackPolicy
+	if p.op != OpRelease && cfg.ack != nil {
+		ack = cfg.ack
+		st.ReplicaAcks = make([]int, n)
+		for i := range st.ReplicaAcks {
+			st.ReplicaAcks[i] = -1
+		}
+	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: p.deleted}
 	if p.cleanup {
@@ -139,7 +153,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 			continue
 		}
 		ns, nargs := nd.script(p.s, p.keys, p.args)
-		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i}
+		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i, ack: ack, acks: -1}
 		nd.laneFor(p.res[0]).submit(&nc.call)
 	}
 
@@ -180,6 +194,11 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 // node votes once per attempt and each vote against reaches the error
 // handler once.
 func (as *attemptState) vote(i int, err error) {
+	as.voteAcked(i, err, -1)
+}
+
+// voteAcked is vote with how many replicas took the node's write.
+func (as *attemptState) voteAcked(i int, err error, acks int) {
 	if !as.nodes[i].voted.CompareAndSwap(false, true) {
 		return
 	}
@@ -187,7 +206,7 @@ func (as *attemptState) vote(i int, err error) {
 	if err != nil {
 		ne = report(as.cfg, &NodeError{Node: i, Op: as.op, Err: err})
 	}
-	as.votes <- vote{node: i, err: ne}
+	as.votes <- vote{node: i, err: ne, acks: acks}
 }
 
 // sending reports whether node i's call is still worth sending, as its lane
@@ -262,7 +281,7 @@ func (as *attemptState) answer(i int, err error) {
 		}
 	}
 	nc.state.Store(callDone)
-	as.vote(i, err)
+	as.voteAcked(i, err, nc.acks)
 	if as.cleanup != nil && as.cleanup.failed.Load() {
 		as.clean(i)
 		if nc.awaited.Swap(false) {
@@ -359,6 +378,9 @@ func decided(n, votesFor, votesAgainst int) (done, won bool) {
 
 // add records v in st.
 func (st *ExecutionStats) add(v vote) {
+	if st.ReplicaAcks != nil {
+		st.ReplicaAcks[v.node] = v.acks
+	}
 	if v.err == nil {
 		st.VotesFor = append(st.VotesFor, v.node)
 	} else {

@@ -45,6 +45,8 @@ type Node struct {
 	port int
 
 	extra []string // more redis-server arguments (cluster mode)
+	bus   int      // cluster mode: the cluster bus port
+	conf  string   // a config file, given first (Sentinel needs one it can rewrite)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -71,9 +73,15 @@ func StartNode(tb testing.TB) *Node {
 }
 
 func startNode(tb testing.TB, cluster bool) *Node {
+	return startNodeWith(tb, cluster, "", nil)
+}
+
+// startNodeWith starts a node with the config file conf (none when empty)
+// and more arguments.
+func startNodeWith(tb testing.TB, cluster bool, conf string, extra []string) *Node {
 	tb.Helper()
 	Require(tb)
-	nd := &Node{tb: tb, dir: tb.TempDir()}
+	nd := &Node{tb: tb, dir: tb.TempDir(), conf: conf}
 	var err error
 	// A free port can be taken by someone else between our probe and the
 	// server's bind; try a few.
@@ -89,9 +97,11 @@ func startNode(tb testing.TB, cluster bool) *Node {
 				err = berr
 				continue
 			}
+			nd.bus = bus
 			nd.extra = []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 				"--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"), "--cluster-node-timeout", "5000"}
 		}
+		nd.extra = append(nd.extra, extra...)
 		if err = nd.start(); err == nil {
 			break
 		}
@@ -119,7 +129,11 @@ func (nd *Node) start() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(Binary,
+	var args []string
+	if nd.conf != "" {
+		args = append(args, nd.conf)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(nd.port),
 		"--bind", "127.0.0.1",
 		"--dir", nd.dir,
@@ -129,7 +143,8 @@ func (nd *Node) start() error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	)
-	cmd.Args = append(cmd.Args, nd.extra...)
+	args = append(args, nd.extra...)
+	cmd := exec.Command(Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err

@@ -1,0 +1,254 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// A FailoverClient (a real Sentinel group: a primary, two replicas, three
+// sentinels) as one member of a 3-node quorum: locks work before, during and
+// after forced failovers, and no call waits past its node timeout.
+func TestSentinelNodeInAQuorum(t *testing.T) {
+	g := redistest.StartSentinel(t, 2, 3)
+	plain := redistest.Start(t, 2)
+	const nodeTimeout = 200 * time.Millisecond
+	f := newFixture(t, redistest.Setup{On: plain}, redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryCount(0))
+	rl, err := redlock.New(append(f.Clients, g.Client()), redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	warm(t, rl)
+
+	var (
+		calls, failed atomic.Int64
+		slowest       atomic.Int64
+		stop          = make(chan struct{})
+		wg            sync.WaitGroup
+	)
+	for w := range 2 {
+		spawn(&wg, func() {
+			ctx := context.Background()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				l, err := rl.Acquire(ctx, []string{fmt.Sprintf("sentinel:%d:%d", w, i)}, 5*time.Second)
+				if err == nil {
+					_, err = l.Release(ctx)
+				}
+				took := time.Since(start)
+				calls.Add(1)
+				if err != nil {
+					failed.Add(1)
+					t.Logf("call failed: %v", err)
+				}
+				for {
+					s := slowest.Load()
+					if int64(took) <= s || slowest.CompareAndSwap(s, int64(took)) {
+						break
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	for range 2 {
+		from, to := g.Failover()
+		t.Logf("failover: node %d -> node %d", from, to)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d acquire+release pairs during two failovers: %d failed, slowest %v", calls.Load(), failed.Load(), time.Duration(slowest.Load()))
+	assert.Zero(t, failed.Load(), "two healthy nodes make a quorum whatever the Sentinel node does")
+	assert.Less(t, time.Duration(slowest.Load()), 2*nodeTimeout+time.Second, "no call waits on the switching node past its node timeout")
+
+	// After the failovers, the Sentinel node votes for again.
+	assert.Eventually(t, func() bool {
+		l, err := rl.Acquire(context.Background(), []string{"sentinel:after"}, time.Second)
+		if err != nil {
+			return false
+		}
+		_, _ = l.Release(context.Background())
+		for _, n := range l.Attempts()[0].VotesFor {
+			if n == 2 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 50*time.Millisecond, "the Sentinel node votes for after the failovers")
+}
+
+// The failure that replica acknowledgement prevents, measured on a real
+// Sentinel group whose replication lags (500ms): acquire a lock on the
+// group (one node: its own quorum), fail over at once, and try to acquire it
+// from another client. Without WithReplicaAck the second client often gets
+// it: the write had not reached the replica that was promoted. With it,
+// never.
+func TestReplicaAckKeepsLocksThroughFailover(t *testing.T) {
+	g := redistest.StartSentinel(t, 2, 3)
+	g.SetReplicationLag(500 * time.Millisecond)
+	const rounds = 8
+	lost := func(opts ...redlock.Option) (int, []int) {
+		holder, err := redlock.New([]redis.UniversalClient{g.Client()}, append([]redlock.Option{redlock.WithNodeTimeout(3 * time.Second)}, opts...)...)
+		require.NoError(t, err)
+		defer holder.Close()
+		other, err := redlock.New([]redis.UniversalClient{g.Client()}, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
+		require.NoError(t, err)
+		defer other.Close()
+		n := 0
+		var acks []int
+		for i := range rounds {
+			key := fmt.Sprintf("failover:%d:%d", len(opts), i)
+			l, err := holder.Acquire(context.Background(), []string{key}, time.Minute, redlock.WithRetryCount(3))
+			require.NoError(t, err, "round %d", i)
+			if ra := l.Attempts()[len(l.Attempts())-1].ReplicaAcks; ra != nil {
+				acks = append(acks, ra[0])
+			}
+			g.Failover()
+			// The second client, once the group has a new primary.
+			var got *redlock.Lock
+			for range 20 {
+				got, err = other.Acquire(context.Background(), []string{key}, time.Minute)
+				if err == nil || errors.Is(err, redlock.ErrResourceLocked) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond) // the client still finds the old primary
+			}
+			if got != nil {
+				n++
+			}
+		}
+		return n, acks
+	}
+	without, _ := lost()
+	with, acks := lost(redlock.WithReplicaAck(2, time.Second))
+	t.Logf("%d rounds of acquire, failover, acquire from another client (replication lag 500ms): the second client got the lock "+
+		"%d times without WithReplicaAck, %d times with WithReplicaAck(2, 1s) (replicas that acknowledged each lock: %v)", rounds, without, with, acks)
+	assert.Zero(t, with, "locks lost through a failover with WithReplicaAck")
+	assert.Positive(t, without, "without it, the lag loses locks (or this test shows nothing)")
+	for _, a := range acks {
+		assert.Equal(t, 2, a)
+	}
+}
+
+// A node whose write does not reach the replicas asked for votes against,
+// saying so, and the failed attempt's write is cleaned up; a node without
+// WAITAOF (Redis < 7.2) refuses WithAOFAck clearly.
+func TestReplicaAckFallsShort(t *testing.T) {
+	f := newNodes(t, 1, redlock.WithNodeTimeout(500*time.Millisecond)) // no replicas at all
+	_, err := f.rl.Acquire(context.Background(), []string{"short"}, time.Second,
+		redlock.WithReplicaAck(1, 40*time.Millisecond), redlock.WithRetryCount(0))
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "written, but acknowledged by 0 of the 1 replicas asked for within 40ms (WithReplicaAck)")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, []int{0}, ee.Attempts[0].ReplicaAcks)
+	f.gone(t, 0, "short")
+
+	_, err = f.rl.Acquire(context.Background(), []string{"aof"}, time.Second, redlock.WithAOFAck(false, 1, 40*time.Millisecond))
+	require.Error(t, err)
+	t.Log(err)
+	if v := f.Peek[0].Info(context.Background(), "server").Val(); !containsVersionAtLeast72(v) {
+		assert.Contains(t, err.Error(), "WithAOFAck needs WAITAOF, which Redis 7.2 added")
+		assert.Contains(t, err.Error(), "retrying cannot fix")
+	}
+	f.gone(t, 0, "aof")
+
+	// Option checks.
+	for _, o := range []redlock.Option{redlock.WithReplicaAck(-1, time.Millisecond), redlock.WithReplicaAck(1, 0),
+		redlock.WithReplicaAck(1, 250*time.Millisecond)} {
+		_, err := f.rl.Acquire(context.Background(), []string{"x"}, time.Second, o)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "WithReplicaAck")
+	}
+}
+
+func containsVersionAtLeast72(info string) bool {
+	var major, minor int
+	for _, line := range splitLines(info) {
+		if _, err := fmt.Sscanf(line, "redis_version:%d.%d", &major, &minor); err == nil {
+			return major > 7 || major == 7 && minor >= 2
+		}
+	}
+	return false
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// The same on a Redis Cluster (3 primaries with a replica each, replication
+// lagging 500ms): acquire a lock on the Cluster (one node of its own
+// quorum), fail its slot's primary over at once (CLUSTER FAILOVER TAKEOVER
+// on its replica), and try to acquire the lock from another client.
+func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
+	c := redistest.StartReplicatedCluster(t, 3)
+	c.SetReplicationLag(500 * time.Millisecond)
+	const rounds = 8
+	const slotKey = "{failover}"
+	slot := int(c.Client().ClusterKeySlot(context.Background(), slotKey).Val())
+	lost := func(opts ...redlock.Option) (int, []int) {
+		holder, err := redlock.New([]redis.UniversalClient{c.Client()}, append([]redlock.Option{redlock.WithNodeTimeout(3 * time.Second)}, opts...)...)
+		require.NoError(t, err)
+		defer holder.Close()
+		other, err := redlock.New([]redis.UniversalClient{c.Client()}, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
+		require.NoError(t, err)
+		defer other.Close()
+		n := 0
+		var acks []int
+		for i := range rounds {
+			key := fmt.Sprintf("%s:%d:%d", slotKey, len(opts), i)
+			l, err := holder.Acquire(context.Background(), []string{key}, time.Minute, redlock.WithRetryCount(3))
+			require.NoError(t, err, "round %d", i)
+			if ra := l.Attempts()[len(l.Attempts())-1].ReplicaAcks; ra != nil {
+				acks = append(acks, ra[0])
+			}
+			c.FailoverSlot(slot)
+			var got *redlock.Lock
+			for range 20 {
+				got, err = other.Acquire(context.Background(), []string{key}, time.Minute)
+				if err == nil || errors.Is(err, redlock.ErrResourceLocked) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if got != nil {
+				n++
+			}
+		}
+		return n, acks
+	}
+	without, _ := lost()
+	with, acks := lost(redlock.WithReplicaAck(1, time.Second))
+	t.Logf("%d rounds of acquire, CLUSTER FAILOVER TAKEOVER, acquire from another client (replication lag 500ms): the second client got "+
+		"the lock %d times without WithReplicaAck, %d times with WithReplicaAck(1, 1s) (replicas that acknowledged each lock: %v)", rounds, without, with, acks)
+	assert.Zero(t, with, "locks lost through a failover with WithReplicaAck")
+	assert.Positive(t, without, "without it, the lag loses locks (or this test shows nothing)")
+	for _, a := range acks {
+		assert.Equal(t, 1, a)
+	}
+}
