@@ -187,7 +187,9 @@
 // the resources of one lock must share a hash slot (a hash tag such as
 // "{orders}:1" and "{orders}:2"); otherwise the call ends at once with an
 // error matching ErrInvalidArgument. Replication is asynchronous, so a failover can lose a lock
-// that was only on the old primary.
+// that was only on the old primary; [WithReplicaAck] (WAIT) and [WithAOFAck]
+// (WAITAOF) make a node's vote count only once its write has reached its
+// replicas.
 //
 // # Waiting
 //

@@ -108,20 +108,26 @@ func (c *ReplicatedCluster) index(port string) int {
 func (c *ReplicatedCluster) roles(slot int) (primary int, replicas []int) {
 	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr()})
 	defer cl.Close()
-	slots, err := cl.ClusterSlots(context.Background()).Result()
+	shards, err := cl.ClusterShards(context.Background()).Result()
 	if err != nil {
-		c.tb.Fatalf("redistest: CLUSTER SLOTS: %v", err)
+		c.tb.Fatalf("redistest: CLUSTER SHARDS: %v", err)
 	}
-	for _, s := range slots {
-		if slot < int(s.Start) || slot > int(s.End) {
+	primary = -1
+	for _, sh := range shards {
+		in := false
+		for _, r := range sh.Slots {
+			in = in || int64(slot) >= r.Start && int64(slot) <= r.End
+		}
+		if !in {
 			continue
 		}
-		for j, n := range s.Nodes {
-			_, port, _ := net.SplitHostPort(n.Addr)
-			if j == 0 {
-				primary = c.index(port)
-			} else {
-				replicas = append(replicas, c.index(port))
+		for _, n := range sh.Nodes {
+			i := c.index(strconv.FormatInt(n.Port, 10))
+			switch {
+			case n.Role == "master":
+				primary = i
+			case n.Health == "online":
+				replicas = append(replicas, i)
 			}
 		}
 	}
