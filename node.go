@@ -188,6 +188,7 @@ type lane struct {
 	probing bool          // half-open: the probe is admitted and not yet answered
 	held    []*call       // releases refused while open, sent when the node answers
 	cause   error         // the client's last network error here, until the node answers: what a timeout may be due to
+	out     time.Time     // when the oldest round still out was sent; zero when none is
 	retry   *time.Timer   // sends a held release as the probe when the lane is idle
 }
 
@@ -246,12 +247,15 @@ func (l *lane) lastCause() error {
 	return l.cause
 }
 
-// sick reports whether the lane's circuit is not closed: the node was
-// silent past its timeout lately.
+// sick reports whether the node looks silent: its circuit is not closed
+// (silent past its timeout lately), or a round has been out for more than
+// half a node timeout. (The second rule sees a hung node before its first
+// timeout ends: the waiters whose attempts it failed would otherwise open
+// subscriptions to it in that moment, and park there.)
 func (l *lane) sick() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state != closed
+	return l.state != closed || !l.out.IsZero() && time.Since(l.out) > l.base/2
 }
 
 // admit returns nil when a new call may queue, or the reason it may not.
@@ -427,6 +431,12 @@ func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 	// client that honours ctx deadlines would otherwise report the node's
 	// silence as context.DeadlineExceeded), and a parked call is counted.
 	var state atomic.Int32
+	sent := time.Now()
+	l.mu.Lock()
+	if l.out.IsZero() {
+		l.out = sent
+	}
+	l.mu.Unlock()
 	watchdog := time.AfterFunc(timeout, func() {
 		if state.CompareAndSwap(batchRunning, batchSilent) {
 			l.silent(calls, timeout)
@@ -435,6 +445,11 @@ func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 	runBatch(context.Background(), l.via(calls), calls, how)
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
+	l.mu.Lock()
+	if l.out.Equal(sent) {
+		l.out = time.Time{}
+	}
+	l.mu.Unlock()
 	return onTime
 }
 
