@@ -213,7 +213,6 @@ type call struct {
 	cfg       *config
 	deleted   *atomic.Bool
 	cleanup   *flight // a failed attempt's cleanups: done once answered or given up
-	heldAgain bool    // set by send while it holds the call again
 }
 
 // submit queues c on l and starts a worker if none runs, or fails c at once
@@ -388,15 +387,23 @@ func (l *lane) send(batch []*call) bool {
 	}
 	// A release that got no reply is held (a copy, for an attempt's: its
 	// vote stays as it is) and sent again: its delete may not have landed.
-	// (batch is not changed: the watchdog may be reading it.)
-	for _, c := range batch {
+	// (batch is not changed: the watchdog may be reading it.) A call held
+	// itself belongs to the held list from here on, and another worker may
+	// send it at once: this one does not touch it again (again[i]).
+	var again []bool
+	for i, c := range batch {
 		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) {
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
 				}
 			}
-			c.heldAgain = c.at == nil
+			if c.at == nil {
+				if again == nil {
+					again = make([]bool, len(batch))
+				}
+				again[i] = true
+			}
 		}
 	}
 	l.arm()
@@ -412,10 +419,9 @@ func (l *lane) send(batch []*call) bool {
 	if spoke && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
-	for _, c := range batch {
-		if c.heldAgain {
-			c.heldAgain = false // held: finished when sent again
-			continue
+	for i, c := range batch {
+		if again != nil && again[i] {
+			continue // held: finished when sent again
 		}
 		l.finish(c, c.err)
 	}
