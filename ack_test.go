@@ -252,3 +252,30 @@ func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
 		assert.Equal(t, 1, a)
 	}
 }
+
+// Acquire, the fencing write-back and Extend all wait for the replicas; a
+// release does not.
+func TestReplicaAckOnEveryWrite(t *testing.T) {
+	primaries := redistest.StartWithReplicas(t, 3, 1)
+	f := newFixture(t, redistest.Setup{On: primaries}, redlock.WithNodeTimeout(500*time.Millisecond),
+		redlock.WithReplicaAck(1, 100*time.Millisecond))
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"acked"}, 10*time.Second, redlock.WithFencing(true))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), l.Token())
+	// The attempt's statistics are the write-back's: the nodes that voted
+	// for had a replica take the token.
+	st := l.Attempts()[0]
+	for _, n := range st.VotesFor {
+		assert.Equal(t, 1, st.ReplicaAcks[n], "node %d's write-back reached its replica", n)
+	}
+	l, err = l.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	st = l.Attempts()[0]
+	for _, n := range st.VotesFor {
+		assert.Equal(t, 1, st.ReplicaAcks[n], "node %d's extend reached its replica", n)
+	}
+	res, err := l.Release(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, res.Attempts[0].ReplicaAcks, "a release is not waited for")
+}

@@ -54,6 +54,9 @@ type lockLife struct {
 	// until is the newest handle's expiration, in Unix nanoseconds: what a
 	// release through an older handle counts from.
 	until atomic.Int64
+	// granted is when the lock was acquired (the successful attempt's
+	// start), for the observer's hold time. Set before the Lock is shared.
+	granted time.Time
 }
 
 // extendedTo records a new handle's expiration.

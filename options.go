@@ -26,6 +26,7 @@ type config struct {
 	wake               bool
 	fencing            bool
 	ack                *ackPolicy // WithReplicaAck, WithAOFAck; nil: none
+	observer           *Observer  // WithObserver; nil: none
 }
 
 // defaultConfig holds every default, node-redlock's where it has one.

@@ -356,6 +356,9 @@ func report(cfg *config, ne *NodeError) *NodeError {
 	if cfg.onError != nil {
 		cfg.onError(ne)
 	}
+	if cfg.observer != nil {
+		safely(cfg.observer.Vote, ne)
+	}
 	return ne
 }
 

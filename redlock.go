@@ -190,12 +190,15 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
+		r.cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
 		return nil, err
 	}
 	if err := validateResources(resources); err != nil {
+		cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
 		return nil, err
 	}
 	if err := validateTTL(ttl, cfg); err != nil {
+		cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
 		return nil, err
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
@@ -208,10 +211,13 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	if cfg.fencing {
 		p = fencedAcquirePlan(keys, ttl)
 	}
+	start := time.Now()
 	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
+		cfg.done(ctx, OpAcquire, keys, start, o.tries, 0, o.err)
 		return nil, o.err
 	}
+	cfg.done(ctx, OpAcquire, keys, start, o.tries, o.token, nil)
 	l := &Lock{
 		redlock:    r,
 		cfg:        cfg,
@@ -223,6 +229,7 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 		life:       &lockLife{},
 	}
 	l.life.until.Store(l.expiration.UnixNano())
+	l.life.granted = o.win.Start
 	return l, nil
 }
 
@@ -268,7 +275,9 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.
 	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
+	start := time.Now()
 	o := r.execute(ctx, cfg, p)
+	cfg.done(ctx, OpExtend, lock.resources, start, o.tries, 0, errOf(o))
 	if o.err != nil {
 		lock.extending.Store(false)
 		return nil, o.err
@@ -331,6 +340,7 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
+	start := time.Now()
 	o := r.execute(ctx, cfg, releasePlan(lock, time.Unix(0, life.until.Load()), r.size()))
 	if o.err != nil {
 		if errors.Is(o.err, ErrLockExpired) {
@@ -340,10 +350,23 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 			o.err.ctxErr = ended
 			o.err.afterCtx = true
 		}
+		cfg.done(ctx, OpRelease, lock.resources, start, o.tries, 0, o.err)
 		return nil, o.err
 	}
 	life.released.Store(true)
+	cfg.done(ctx, OpRelease, lock.resources, start, o.tries, 0, nil)
+	if obs := cfg.observer; obs != nil && obs.Released != nil {
+		safely(obs.Released, ReleasedInfo{Resources: lock.resources, Held: time.Since(life.granted)})
+	}
 	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
+}
+
+// errOf returns o's error as an error (nil when it succeeded).
+func errOf(o outcome) error {
+	if o.err == nil {
+		return nil
+	}
+	return o.err
 }
 
 // ready refuses a nil Redlock, one not made by New, and a nil ctx.

@@ -88,6 +88,7 @@ func releasePlan(lock *Lock, until time.Time, nodes int) *plan {
 // outcome is what execute settled on.
 type outcome struct {
 	attempts []ExecutionStats
+	tries    int             // attempts made
 	win      *ExecutionStats // the successful attempt, or nil
 	value    string          // acquire: the successful attempt's value
 	token    uint64          // fenced acquire: the successful attempt's token
@@ -113,7 +114,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	var cleaning *cleanup // the last failed attempt's release of its writes
 	fail := func(e *ExecutionError) outcome {
 		e.Op, e.Resources, e.Attempts, e.tries, e.took = p.op, p.res, o.attempts, tries, time.Since(start)
-		o.err = e
+		o.err, o.tries = e, tries
 		// A failed Acquire returns once its cleanup has been answered (by
 		// the nodes that answered the acquire, within a node timeout), as
 		// node-redlock does: a process that exits right after leaves
@@ -159,6 +160,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			p.args = []any{o.value, p.args[1]}
 		}
 		tries++
+		began := time.Now()
 		st, as := r.attempt(ctx, cfg, p, timeout)
 		if p.fenced && len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-d {
 			st, o.token = r.writeBack(ctx, cfg, p, st, as, p.ttl-d)
@@ -171,8 +173,16 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		} else {
 			o.attempts = append(o.attempts, st)
 		}
+		if obs := cfg.observer; obs != nil && obs.Attempt != nil {
+			info := AttemptInfo{Op: p.op, Resources: p.res, Number: tries, Stats: st, Took: time.Since(began),
+				Won: len(st.VotesFor) >= q && !st.Late}
+			if p.ttl > 0 {
+				info.Validity, info.Drift = p.ttl-d, d
+			}
+			safely(obs.Attempt, info)
+		}
 		if len(st.VotesFor) >= q && !st.Late {
-			o.win = &o.attempts[len(o.attempts)-1]
+			o.win, o.tries = &o.attempts[len(o.attempts)-1], tries
 			return o
 		}
 		held, refusals := 0, 0 // votes "held by another" / "no longer ours"; refusals retrying cannot fix
@@ -232,11 +242,15 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			wake = r.joinWaiters(p.res)
 		}
 		var s slept
+		paused := time.Now()
 		if p.freshValue && len(st.VotesFor) > 0 {
 			// Some votes for, yet no quorum: another waiter took the rest.
 			s = sleepOrWakeSpread(ctx, retryDelay(cfg), wake.channel())
 		} else {
 			s = sleepOrWake(ctx, retryDelay(cfg), wake.channel())
+		}
+		if obs := cfg.observer; obs != nil && obs.Wait != nil {
+			safely(obs.Wait, WaitInfo{Op: p.op, Resources: p.res, Waited: time.Since(paused), Woken: s.woken})
 		}
 		if !s.alive {
 			e := *last

@@ -137,6 +137,9 @@ func (e *extender) run(ctx context.Context) {
 			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
 				e.err = &extensionError{err: err}
 				e.cancel(e.err)
+				if obs := e.cfg.observer; obs != nil && obs.Lost != nil {
+					safely(obs.Lost, LostInfo{Ctx: ctx, Resources: e.lock.resources, Held: time.Since(e.lock.life.granted), Err: err})
+				}
 				return
 			}
 			// Node failures used up a retry window, but the lock is still

@@ -1,0 +1,138 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Observer receives what happens inside a Redlock, for metrics, traces and
+// logs (the module github.com/go-redlock/redlock/redlockotel turns it into
+// OpenTelemetry spans and metrics). Each field is optional. Give it with
+// [WithObserver], to New (every call) or to one call.
+//
+// The hooks are called synchronously, from the goroutine that made the call
+// (Vote: from the node's worker), never while the engine holds a lock of its
+// own, with copies of the engine's data: an observer cannot change the
+// locking. It can slow it down, so a hook must return quickly (count, record,
+// hand off). A hook that panics is recovered and ignored.
+type Observer struct {
+	// Attempt is called after each attempt of an operation on every node.
+	Attempt func(AttemptInfo)
+	// Wait is called after each pause between two attempts.
+	Wait func(WaitInfo)
+	// Vote is called for each vote against, as WithErrorHandler's handler.
+	Vote func(*NodeError)
+	// Done is called when Acquire, Extend or Release (Using's own calls
+	// included) returns.
+	Done func(CallInfo)
+	// Lost is called when Using's lock could not be extended and fn's
+	// context was cancelled.
+	Lost func(LostInfo)
+	// Released is called when a lock was released: a Release that
+	// succeeded.
+	Released func(ReleasedInfo)
+}
+
+// AttemptInfo describes one attempt.
+type AttemptInfo struct {
+	Op        Op
+	Resources []string
+	Number    int            // 1 for the first attempt of the call
+	Stats     ExecutionStats // its votes
+	Took      time.Duration
+	// Validity is what an acquire or extend gets: ttl − Drift; zero for a
+	// release.
+	Validity time.Duration
+	Drift    time.Duration
+	Won      bool // it reached a quorum in time
+}
+
+// WaitInfo describes one pause between attempts.
+type WaitInfo struct {
+	Op        Op
+	Resources []string
+	Waited    time.Duration
+	Woken     bool // a release announcement ended it (WithWakeOnRelease), not the delay
+}
+
+// CallInfo describes a call of Acquire, Extend or Release that returned.
+type CallInfo struct {
+	Ctx       context.Context // the caller's
+	Op        Op
+	Resources []string
+	Start     time.Time
+	Took      time.Duration
+	Attempts  int   // attempts made
+	Err       error // nil on success
+	Outcome   Outcome
+	Token     uint64 // a fenced Acquire's token
+}
+
+// LostInfo describes a lock that Using could not keep.
+type LostInfo struct {
+	Ctx       context.Context
+	Resources []string
+	Held      time.Duration // from the grant to the loss
+	Err       error         // the extension's error
+}
+
+// ReleasedInfo describes a lock that was released.
+type ReleasedInfo struct {
+	Resources []string
+	Held      time.Duration // from the grant (the successful attempt's start) to the release
+}
+
+// Outcome is how a call ended, in few enough values for a metric label.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeOK          Outcome = "ok"
+	OutcomeContention  Outcome = "contention"   // ErrResourceLocked: held by another
+	OutcomeExpired     Outcome = "expired"      // ErrLockExpired: the lock is gone
+	OutcomeCanceled    Outcome = "canceled"     // the caller's ctx ended the call
+	OutcomeInvalid     Outcome = "invalid"      // ErrInvalidArgument: refused before anything was sent
+	OutcomeNodeFailure Outcome = "node_failure" // no quorum for other reasons: nodes failed or refused
+)
+
+// OutcomeOf classifies err as returned by Acquire, Extend or Release.
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrInvalidArgument):
+		return OutcomeInvalid
+	case errors.Is(err, ErrResourceLocked):
+		return OutcomeContention
+	case errors.Is(err, ErrLockExpired):
+		return OutcomeExpired
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return OutcomeCanceled
+	}
+	return OutcomeNodeFailure
+}
+
+// WithObserver sets the observer of the calls (see [Observer]); nil turns
+// it off. Default: none.
+func WithObserver(o *Observer) Option {
+	return func(c *config) { c.observer = o }
+}
+
+// safely runs a hook, recovering a panic in it.
+func safely[T any](hook func(T), v T) {
+	if hook == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	hook(v)
+}
+
+// done reports a returned call to cfg's observer, if any.
+func (cfg *config) done(ctx context.Context, op Op, resources []string, start time.Time, attempts int, token uint64, err error) {
+	if cfg == nil || cfg.observer == nil || cfg.observer.Done == nil {
+		return
+	}
+	safely(cfg.observer.Done, CallInfo{Ctx: ctx, Op: op, Resources: resources, Start: start, Took: time.Since(start),
+		Attempts: attempts, Err: err, Outcome: OutcomeOf(err), Token: token})
+}

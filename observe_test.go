@@ -1,0 +1,135 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu       sync.Mutex
+	attempts []redlock.AttemptInfo
+	waits    []redlock.WaitInfo
+	votes    []*redlock.NodeError
+	calls    []redlock.CallInfo
+	lost     []redlock.LostInfo
+	released []redlock.ReleasedInfo
+}
+
+func (r *recorder) observer() *redlock.Observer {
+	return &redlock.Observer{
+		Attempt:  func(i redlock.AttemptInfo) { r.mu.Lock(); r.attempts = append(r.attempts, i); r.mu.Unlock() },
+		Wait:     func(i redlock.WaitInfo) { r.mu.Lock(); r.waits = append(r.waits, i); r.mu.Unlock() },
+		Vote:     func(e *redlock.NodeError) { r.mu.Lock(); r.votes = append(r.votes, e); r.mu.Unlock() },
+		Done:     func(i redlock.CallInfo) { r.mu.Lock(); r.calls = append(r.calls, i); r.mu.Unlock() },
+		Lost:     func(i redlock.LostInfo) { r.mu.Lock(); r.lost = append(r.lost, i); r.mu.Unlock() },
+		Released: func(i redlock.ReleasedInfo) { r.mu.Lock(); r.released = append(r.released, i); r.mu.Unlock() },
+	}
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts, r.waits, r.votes, r.calls, r.lost, r.released = nil, nil, nil, nil, nil, nil
+}
+
+// The observer sees what a scripted run on real nodes did: contention, a
+// hung minority node, a release with its hold time, a lost lock.
+func TestObserverSeesWhatHappened(t *testing.T) {
+	rec := &recorder{}
+	f := newProxied(t, 3, redlock.WithObserver(rec.observer()))
+	ctx := context.Background()
+	rec.reset()
+
+	// Contention: 3 attempts, 2 pauses, one call that ends in contention.
+	held, err := f.rl.Acquire(ctx, []string{"obs"}, 10*time.Second)
+	require.NoError(t, err)
+	_, err = f.rl.Acquire(ctx, []string{"obs"}, time.Second, redlock.WithRetryCount(2), redlock.WithRetryDelay(10*time.Millisecond),
+		redlock.WithWakeOnRelease(false))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	time.Sleep(50 * time.Millisecond)
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	rec.mu.Lock()
+	require.Len(t, rec.calls, 3)
+	assert.Equal(t, redlock.OutcomeOK, rec.calls[0].Outcome)
+	assert.Equal(t, redlock.OutcomeContention, rec.calls[1].Outcome)
+	assert.Equal(t, 3, rec.calls[1].Attempts)
+	assert.Equal(t, redlock.OpRelease, rec.calls[2].Op)
+	assert.Len(t, rec.attempts, 1+3+1)
+	assert.False(t, rec.attempts[1].Won)
+	assert.Equal(t, 3, rec.attempts[3].Number)
+	assert.Equal(t, time.Second-12*time.Millisecond, rec.attempts[1].Validity)
+	assert.Len(t, rec.waits, 2)
+	require.Len(t, rec.released, 1)
+	assert.GreaterOrEqual(t, rec.released[0].Held, 50*time.Millisecond)
+	locked := 0
+	for _, v := range rec.votes {
+		var rle *redlock.ResourceLockedError
+		if errors.As(v, &rle) {
+			locked++
+		}
+	}
+	assert.GreaterOrEqual(t, locked, 6, "each contended attempt's 'held by another' votes")
+	rec.mu.Unlock()
+
+	// A hung minority node: its votes against are node timeouts.
+	rec.reset()
+	f.Proxies[2].Set(redistest.Hang)
+	l, err := f.rl.Acquire(ctx, []string{"obs2"}, 10*time.Second)
+	require.NoError(t, err)
+	_, _ = l.Release(ctx)
+	assert.Eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, v := range rec.votes {
+			var nte *redlock.NodeTimeoutError
+			if v.Node == 2 && errors.As(v, &nte) {
+				return true
+			}
+		}
+		return false
+	}, 2*time.Second, 10*time.Millisecond, "the hung node's timeout reaches the observer")
+	f.Proxies[2].Heal()
+
+	// A lost lock: Using's extension fails, the observer hears of it.
+	rec.reset()
+	err = f.rl.Using(ctx, []string{"obs3"}, 700*time.Millisecond, func(ctx context.Context) error {
+		for i := range 3 {
+			f.Set(t, i, "obs3", "stolen", time.Minute)
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	require.ErrorIs(t, err, redlock.ErrExtensionFailed)
+	rec.mu.Lock()
+	require.Len(t, rec.lost, 1)
+	assert.Equal(t, []string{"obs3"}, rec.lost[0].Resources)
+	assert.ErrorIs(t, rec.lost[0].Err, redlock.ErrLockExpired)
+	assert.Greater(t, rec.lost[0].Held, 100*time.Millisecond)
+	rec.mu.Unlock()
+}
+
+// A hook that panics is not the engine's problem.
+func TestObserverPanicIsContained(t *testing.T) {
+	boom := func() { panic("observer bug") }
+	f := newNodes(t, 3, redlock.WithObserver(&redlock.Observer{
+		Attempt: func(redlock.AttemptInfo) { boom() }, Done: func(redlock.CallInfo) { boom() },
+		Released: func(redlock.ReleasedInfo) { boom() }, Vote: func(*redlock.NodeError) { boom() },
+	}))
+	l, err := f.rl.Acquire(context.Background(), []string{"p"}, time.Second)
+	require.NoError(t, err)
+	_, err = f.rl.Acquire(context.Background(), []string{"p"}, time.Second, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	_, err = l.Release(context.Background())
+	require.NoError(t, err)
+}
