@@ -210,9 +210,9 @@ type call struct {
 	// held copy of a Release's delete): its failures go to the error
 	// handler of cfg, and a delete it makes is marked in deleted (that
 	// Release's record of its own deletes), when set.
-	cfg       *config
-	deleted   *atomic.Bool
-	cleanup   *flight // a failed attempt's cleanups: done once answered or given up
+	cfg     *config
+	deleted *atomic.Bool
+	cleanup *flight // a failed attempt's cleanups: done once answered or given up
 }
 
 // submit queues c on l and starts a worker if none runs, or fails c at once
