@@ -32,6 +32,20 @@ type Observer struct {
 	// Released is called when a lock was released: a Release that
 	// succeeded.
 	Released func(ReleasedInfo)
+	// Using is called when Using returns (after its own Acquire, Extend
+	// and Release calls, which Done sees too).
+	Using func(UsingInfo)
+}
+
+// UsingInfo describes a call of Using that returned.
+type UsingInfo struct {
+	Ctx       context.Context
+	Resources []string
+	Start     time.Time
+	Took      time.Duration
+	Err       error // what Using returned
+	Ran       bool  // fn ran (the lock was acquired)
+	Lost      bool  // the lock was lost while fn ran
 }
 
 // AttemptInfo describes one attempt.
@@ -63,8 +77,9 @@ type CallInfo struct {
 	Resources []string
 	Start     time.Time
 	Took      time.Duration
-	Attempts  int   // attempts made
-	Err       error // nil on success
+	Tries     int              // attempts made
+	Attempts  []ExecutionStats // their statistics (the last only with unlimited retries); not to be changed
+	Err       error            // nil on success
 	Outcome   Outcome
 	Token     uint64 // a fenced Acquire's token
 }
@@ -129,10 +144,13 @@ func safely[T any](hook func(T), v T) {
 }
 
 // done reports a returned call to cfg's observer, if any.
-func (cfg *config) done(ctx context.Context, op Op, resources []string, start time.Time, attempts int, token uint64, err error) {
+func (cfg *config) done(ctx context.Context, op Op, resources []string, start time.Time, o *outcome, token uint64, err error) {
 	if cfg == nil || cfg.observer == nil || cfg.observer.Done == nil {
 		return
 	}
-	safely(cfg.observer.Done, CallInfo{Ctx: ctx, Op: op, Resources: resources, Start: start, Took: time.Since(start),
-		Attempts: attempts, Err: err, Outcome: OutcomeOf(err), Token: token})
+	info := CallInfo{Ctx: ctx, Op: op, Resources: resources, Start: start, Took: time.Since(start), Err: err, Outcome: OutcomeOf(err), Token: token}
+	if o != nil {
+		info.Tries, info.Attempts = o.tries, o.attempts
+	}
+	safely(cfg.observer.Done, info)
 }

@@ -23,6 +23,7 @@ type recorder struct {
 	calls    []redlock.CallInfo
 	lost     []redlock.LostInfo
 	released []redlock.ReleasedInfo
+	usings   []redlock.UsingInfo
 }
 
 func (r *recorder) observer() *redlock.Observer {
@@ -33,13 +34,14 @@ func (r *recorder) observer() *redlock.Observer {
 		Done:     func(i redlock.CallInfo) { r.mu.Lock(); r.calls = append(r.calls, i); r.mu.Unlock() },
 		Lost:     func(i redlock.LostInfo) { r.mu.Lock(); r.lost = append(r.lost, i); r.mu.Unlock() },
 		Released: func(i redlock.ReleasedInfo) { r.mu.Lock(); r.released = append(r.released, i); r.mu.Unlock() },
+		Using:    func(i redlock.UsingInfo) { r.mu.Lock(); r.usings = append(r.usings, i); r.mu.Unlock() },
 	}
 }
 
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.attempts, r.waits, r.votes, r.calls, r.lost, r.released = nil, nil, nil, nil, nil, nil
+	r.attempts, r.waits, r.votes, r.calls, r.lost, r.released, r.usings = nil, nil, nil, nil, nil, nil, nil
 }
 
 // The observer sees what a scripted run on real nodes did: contention, a
@@ -63,7 +65,8 @@ func TestObserverSeesWhatHappened(t *testing.T) {
 	require.Len(t, rec.calls, 3)
 	assert.Equal(t, redlock.OutcomeOK, rec.calls[0].Outcome)
 	assert.Equal(t, redlock.OutcomeContention, rec.calls[1].Outcome)
-	assert.Equal(t, 3, rec.calls[1].Attempts)
+	assert.Equal(t, 3, rec.calls[1].Tries)
+	assert.Len(t, rec.calls[1].Attempts, 3)
 	assert.Equal(t, redlock.OpRelease, rec.calls[2].Op)
 	assert.Len(t, rec.attempts, 1+3+1)
 	assert.False(t, rec.attempts[1].Won)
@@ -116,6 +119,10 @@ func TestObserverSeesWhatHappened(t *testing.T) {
 	assert.Equal(t, []string{"obs3"}, rec.lost[0].Resources)
 	assert.ErrorIs(t, rec.lost[0].Err, redlock.ErrLockExpired)
 	assert.Greater(t, rec.lost[0].Held, 100*time.Millisecond)
+	require.Len(t, rec.usings, 1)
+	assert.True(t, rec.usings[0].Ran)
+	assert.True(t, rec.usings[0].Lost)
+	assert.ErrorIs(t, rec.usings[0].Err, redlock.ErrExtensionFailed)
 	rec.mu.Unlock()
 }
 

@@ -190,15 +190,15 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
-		r.cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
+		r.cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
 		return nil, err
 	}
 	if err := validateResources(resources); err != nil {
-		cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
+		cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
 		return nil, err
 	}
 	if err := validateTTL(ttl, cfg); err != nil {
-		cfg.done(ctx, OpAcquire, resources, time.Now(), 0, 0, err)
+		cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
 		return nil, err
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
@@ -214,10 +214,10 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
-		cfg.done(ctx, OpAcquire, keys, start, o.tries, 0, o.err)
+		cfg.done(ctx, OpAcquire, keys, start, &o, 0, o.err)
 		return nil, o.err
 	}
-	cfg.done(ctx, OpAcquire, keys, start, o.tries, o.token, nil)
+	cfg.done(ctx, OpAcquire, keys, start, &o, o.token, nil)
 	l := &Lock{
 		redlock:    r,
 		cfg:        cfg,
@@ -277,7 +277,7 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
-	cfg.done(ctx, OpExtend, lock.resources, start, o.tries, 0, errOf(o))
+	cfg.done(ctx, OpExtend, lock.resources, start, &o, 0, errOf(o))
 	if o.err != nil {
 		lock.extending.Store(false)
 		return nil, o.err
@@ -350,11 +350,11 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 			o.err.ctxErr = ended
 			o.err.afterCtx = true
 		}
-		cfg.done(ctx, OpRelease, lock.resources, start, o.tries, 0, o.err)
+		cfg.done(ctx, OpRelease, lock.resources, start, &o, 0, o.err)
 		return nil, o.err
 	}
 	life.released.Store(true)
-	cfg.done(ctx, OpRelease, lock.resources, start, o.tries, 0, nil)
+	cfg.done(ctx, OpRelease, lock.resources, start, &o, 0, nil)
 	if obs := cfg.observer; obs != nil && obs.Released != nil {
 		safely(obs.Released, ReleasedInfo{Resources: lock.resources, Held: time.Since(life.granted)})
 	}

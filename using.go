@@ -65,10 +65,19 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
 	}
 
+	ran := false
+	if obs := cfg.observer; obs != nil && obs.Using != nil {
+		start := time.Now()
+		defer func() { // after the release, below
+			safely(obs.Using, UsingInfo{Ctx: ctx, Resources: resources, Start: start, Took: time.Since(start), Err: err, Ran: ran,
+				Lost: errors.Is(err, ErrExtensionFailed)})
+		}()
+	}
 	lock, err := r.acquire(ctx, cfg, resources, ttl)
 	if err != nil {
 		return err
 	}
+	ran = true
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
