@@ -122,3 +122,36 @@ func benchRedlock(b *testing.B, n int) *redlock.Redlock {
 	b.Helper()
 	return newNodes(b, n).rl
 }
+
+// BenchmarkObserver measures Acquire+Release on 3 nodes with no observer,
+// with an Observer whose hooks do nothing, against each other (the
+// OpenTelemetry observer's figure is in the redlockotel module).
+func BenchmarkObserver(b *testing.B) {
+	nothing := &redlock.Observer{
+		Attempt: func(redlock.AttemptInfo) {}, Wait: func(redlock.WaitInfo) {}, Vote: func(*redlock.NodeError) {},
+		Done: func(redlock.CallInfo) {}, Lost: func(redlock.LostInfo) {}, Released: func(redlock.ReleasedInfo) {},
+		Using: func(redlock.UsingInfo) {},
+	}
+	nodes := redistest.Start(b, 3)
+	for _, bc := range []struct {
+		name string
+		opts []redlock.Option
+	}{{"none", nil}, {"no-op", []redlock.Option{redlock.WithObserver(nothing)}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rl := newFixture(b, redistest.Setup{On: nodes}, bc.opts...).rl
+			ctx := context.Background()
+			keys := []string{"bench-obs"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				l, err := rl.Acquire(ctx, keys, 10*time.Second)
+				if err != nil {
+					b.Fatalf("Acquire = %v", err)
+				}
+				if _, err := l.Release(ctx); err != nil {
+					b.Fatalf("Release = %v", err)
+				}
+			}
+		})
+	}
+}

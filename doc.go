@@ -215,6 +215,14 @@
 // resource waited for, ended when its last waiter leaves) end with
 // [Redlock.Close]. The clients belong to the caller, who closes them.
 //
+// # Observability
+//
+// [WithObserver] gives an [Observer] every attempt, pause, vote against, call
+// outcome, release (with its hold time), lost lock and Using; the module
+// github.com/go-redlock/redlock/redlockotel records them as OpenTelemetry
+// spans and metrics. [WithErrorHandler] stays, as node-redlock's "error"
+// event.
+//
 // # Contributing
 //
 // CONTRIBUTING.md in the repository says which file holds what (redlock.go

@@ -203,11 +203,13 @@ func TestTokensGrowAcrossQuorumsSharingOneNode(t *testing.T) {
 	f.Nodes[3].Resume()
 	f.Nodes[4].Resume()
 	// The stopped nodes ran what reached them during the stop (the first
-	// acquire, and its release once they answered), never a write-back:
-	// their counters are behind.
+	// acquire, and its release once they answered), never a later
+	// write-back: their counters are behind (1, or none when the first
+	// grant's write-back had not reached them).
 	for i := 3; i < 5; i++ {
 		f.gone(t, i, "q")
-		assert.Equal(t, "1", f.Get(t, i, counterOf("q")), "node %d, stopped", i)
+		c, _ := strconv.ParseUint(f.Get(t, i, counterOf("q")), 10, 64)
+		assert.LessOrEqual(t, c, uint64(1), "node %d, stopped", i)
 	}
 
 	// A Redlock of its own (its breakers know nothing of the pause), with

@@ -208,6 +208,11 @@ func StartWithReplicas(tb testing.TB, n, replicas int) []*Node {
 	ctx := context.Background()
 	for _, p := range primaries {
 		_, port, _ := net.SplitHostPort(p.Addr())
+		pc := p.Client()
+		if err := pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil { // sync at once
+			tb.Fatalf("redistest: CONFIG SET: %v", err)
+		}
+		_ = pc.Close()
 		for range replicas {
 			r := StartNode(tb)
 			c := r.Client()

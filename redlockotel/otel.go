@@ -1,0 +1,234 @@
+// Package redlockotel records what a redlock.Redlock does as OpenTelemetry
+// spans and metrics. It is a module of its own, so that the library itself
+// pulls in nothing of OpenTelemetry.
+//
+//	obs, err := redlockotel.New() // the global TracerProvider and MeterProvider
+//	rl, err := redlock.New(clients, redlock.WithObserver(obs))
+//
+// Spans: one per Acquire, Extend, Release and Using ("redlock.acquire", ...),
+// a child of the span in the caller's ctx, with the attempts, the votes of
+// the last attempt and the outcome as attributes. They are recorded when the
+// call returns, with its start and end times; the engine batches the calls
+// of many callers into one pipeline per node, so go-redis's own command spans
+// (redisotel) are not their children.
+//
+// Metrics, in seconds where they are durations, with db.system.name=redis on
+// every point:
+//
+//	redlock.operation.duration  histogram  op, outcome: Acquire (the wait for the lock), Extend, Release
+//	redlock.operations          counter    op, outcome
+//	redlock.acquire.attempts    histogram  outcome: attempts per Acquire
+//	redlock.attempt.votes_against counter  op, node, error.type: each node's vote against
+//	redlock.lock.hold.duration  histogram  from the grant to the release
+//	redlock.locks.lost          counter    locks Using could not keep
+//	redlock.waits               counter    woken: pauses between attempts, ended by a release or by the delay
+//
+// Outcomes are redlock.Outcome's values (ok, contention, expired, canceled,
+// invalid, node_failure). Resource names are not attributes unless
+// WithResourceAttribute maps them to a bounded set.
+package redlockotel
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-redlock/redlock"
+)
+
+// scope is the instrumentation scope's name.
+const scope = "github.com/go-redlock/redlock/redlockotel"
+
+// Option changes how New records.
+type Option func(*config)
+
+type config struct {
+	tp       trace.TracerProvider
+	mp       metric.MeterProvider
+	resource func([]string) string
+}
+
+// WithTracerProvider sets the TracerProvider (default: otel's global one).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
+
+// WithMeterProvider sets the MeterProvider (default: otel's global one).
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
+
+// WithResourceAttribute adds the attribute redlock.resource, f(resources),
+// to every span and metric point. f must map the resources to a small,
+// bounded set of values (a metric gets one series per value), such as
+// their prefix before ':'.
+func WithResourceAttribute(f func(resources []string) string) Option {
+	return func(c *config) { c.resource = f }
+}
+
+// recorder holds the instruments.
+type recorder struct {
+	cfg      config
+	tracer   trace.Tracer
+	duration metric.Float64Histogram
+	calls    metric.Int64Counter
+	attempts metric.Int64Histogram
+	against  metric.Int64Counter
+	hold     metric.Float64Histogram
+	lost     metric.Int64Counter
+	waits    metric.Int64Counter
+}
+
+var dbSystem = attribute.String("db.system.name", "redis")
+
+// New returns an Observer that records spans and metrics; give it to
+// redlock.New or a call with redlock.WithObserver.
+func New(opts ...Option) (*redlock.Observer, error) {
+	r := &recorder{}
+	for _, o := range opts {
+		o(&r.cfg)
+	}
+	if r.cfg.tp == nil {
+		r.cfg.tp = otel.GetTracerProvider()
+	}
+	if r.cfg.mp == nil {
+		r.cfg.mp = otel.GetMeterProvider()
+	}
+	r.tracer = r.cfg.tp.Tracer(scope)
+	m := r.cfg.mp.Meter(scope)
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	r.duration, err = m.Float64Histogram("redlock.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long Acquire (waiting for the lock included), Extend and Release took"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+	add(err)
+	r.calls, err = m.Int64Counter("redlock.operations", metric.WithUnit("{operation}"),
+		metric.WithDescription("Acquire, Extend and Release calls, by outcome"))
+	add(err)
+	r.attempts, err = m.Int64Histogram("redlock.acquire.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts per Acquire"), metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 10, 20, 50))
+	add(err)
+	r.against, err = m.Int64Counter("redlock.attempt.votes_against", metric.WithUnit("{vote}"),
+		metric.WithDescription("Votes against, by node and reason"))
+	add(err)
+	r.hold, err = m.Float64Histogram("redlock.lock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long locks were held, from the grant to the release"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800))
+	add(err)
+	r.lost, err = m.Int64Counter("redlock.locks.lost", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks that Using could not keep while fn ran"))
+	add(err)
+	r.waits, err = m.Int64Counter("redlock.waits", metric.WithUnit("{wait}"),
+		metric.WithDescription("Pauses between attempts, by what ended them"))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &redlock.Observer{
+		Done:     r.done,
+		Vote:     r.vote,
+		Wait:     r.wait,
+		Lost:     r.lostLock,
+		Released: r.released,
+		Using:    r.using,
+	}, nil
+}
+
+// attrs returns the attributes every point and span gets.
+func (r *recorder) attrs(resources []string, more ...attribute.KeyValue) []attribute.KeyValue {
+	kv := append([]attribute.KeyValue{dbSystem}, more...)
+	if r.cfg.resource != nil {
+		kv = append(kv, attribute.String("redlock.resource", r.cfg.resource(resources)))
+	}
+	return kv
+}
+
+func (r *recorder) done(c redlock.CallInfo) {
+	ctx := ctxOf(c.Ctx)
+	kv := r.attrs(c.Resources, attribute.String("redlock.operation", string(c.Op)), attribute.String("redlock.outcome", string(c.Outcome)))
+	set := metric.WithAttributes(kv...)
+	r.duration.Record(ctx, c.Took.Seconds(), set)
+	r.calls.Add(ctx, 1, set)
+	if c.Op == redlock.OpAcquire && c.Tries > 0 {
+		r.attempts.Record(ctx, int64(c.Tries), metric.WithAttributes(r.attrs(c.Resources, attribute.String("redlock.outcome", string(c.Outcome)))...))
+	}
+
+	spanKV := append(kv, attribute.Int("redlock.attempts", c.Tries), attribute.Int("redlock.resources.count", len(c.Resources)))
+	if n := len(c.Attempts); n > 0 {
+		last := c.Attempts[n-1]
+		spanKV = append(spanKV, attribute.Int("redlock.votes.for", len(last.VotesFor)), attribute.Int("redlock.votes.against", len(last.VotesAgainst)),
+			attribute.Int("redlock.nodes", last.MembershipSize), attribute.Int("redlock.quorum", last.QuorumSize))
+	}
+	if c.Token != 0 {
+		spanKV = append(spanKV, attribute.Int64("redlock.token", int64(c.Token)))
+	}
+	_, span := r.tracer.Start(ctx, "redlock."+string(c.Op), trace.WithTimestamp(c.Start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(spanKV...))
+	if c.Err != nil {
+		span.SetAttributes(attribute.String("error.type", string(c.Outcome)))
+		span.SetStatus(codes.Error, c.Err.Error())
+	}
+	span.End(trace.WithTimestamp(c.Start.Add(c.Took)))
+}
+
+func (r *recorder) vote(e *redlock.NodeError) {
+	r.against.Add(context.Background(), 1, metric.WithAttributes(dbSystem, attribute.String("redlock.operation", string(e.Op)),
+		attribute.String("redlock.node", strconv.Itoa(e.Node)), attribute.String("error.type", errorType(e.Err))))
+}
+
+func (r *recorder) wait(w redlock.WaitInfo) {
+	r.waits.Add(context.Background(), 1, metric.WithAttributes(r.attrs(w.Resources, attribute.Bool("redlock.woken", w.Woken))...))
+}
+
+func (r *recorder) lostLock(l redlock.LostInfo) {
+	r.lost.Add(ctxOf(l.Ctx), 1, metric.WithAttributes(r.attrs(l.Resources)...))
+	r.hold.Record(ctxOf(l.Ctx), l.Held.Seconds(), metric.WithAttributes(r.attrs(l.Resources, attribute.Bool("redlock.lost", true))...))
+}
+
+func (r *recorder) released(rel redlock.ReleasedInfo) {
+	r.hold.Record(context.Background(), rel.Held.Seconds(), metric.WithAttributes(r.attrs(rel.Resources, attribute.Bool("redlock.lost", false))...))
+}
+
+func (r *recorder) using(u redlock.UsingInfo) {
+	ctx := ctxOf(u.Ctx)
+	kv := r.attrs(u.Resources, attribute.Bool("redlock.ran", u.Ran), attribute.Bool("redlock.lost", u.Lost))
+	_, span := r.tracer.Start(ctx, "redlock.using", trace.WithTimestamp(u.Start), trace.WithAttributes(kv...))
+	if u.Err != nil {
+		span.SetStatus(codes.Error, u.Err.Error())
+	}
+	span.End(trace.WithTimestamp(u.Start.Add(u.Took)))
+}
+
+// errorType names a vote against's reason in a few values.
+func errorType(err error) string {
+	var rle *redlock.ResourceLockedError
+	var nte *redlock.NodeTimeoutError
+	var rae *redlock.ReplicaAckError
+	switch {
+	case errors.As(err, &rle):
+		if rle.Op == redlock.OpAcquire {
+			return "held"
+		}
+		return "gone"
+	case errors.As(err, &nte):
+		if nte.CircuitOpen {
+			return "circuit_open"
+		}
+		return "timeout"
+	case errors.As(err, &rae):
+		return "replica_ack"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}
+
+func ctxOf(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
