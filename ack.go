@@ -75,13 +75,10 @@ func judgeAcks(calls []*call, wait *redis.Cmd) {
 		}
 	}
 	for _, c := range calls {
-		if c.ack == nil {
-			continue
+		if c.ack == nil || c.err != nil {
+			continue // -1: the script itself failed
 		}
 		c.acks = replicas
-		if c.err != nil {
-			continue
-		}
 		switch {
 		case err != nil:
 			c.err = err
@@ -115,4 +112,28 @@ func (e *ReplicaAckError) Error() string {
 		return s
 	}
 	return fmt.Sprintf("written, but acknowledged by %d of the %d replicas asked for within %v (WithReplicaAck)", e.Acked, e.Replicas, e.Timeout)
+}
+
+// checkAck refuses a replica wait that a node's client would cut short: go-redis
+// reads WAIT's answer under the client's ReadTimeout, and a client that gives
+// up first looks like a silent node.
+func (r *Redlock) checkAck(cfg *config) error {
+	if cfg.ack == nil {
+		return nil
+	}
+	need := cfg.ack.timeout + 100*time.Millisecond // the node ends a WAIT up to 1000/hz ms late
+	for _, nd := range r.nodes {
+		var rt time.Duration
+		switch c := nd.client.(type) {
+		case *redis.Client:
+			rt = c.Options().ReadTimeout
+		case *redis.ClusterClient:
+			rt = c.Options().ReadTimeout
+		}
+		if rt > 0 && rt < need {
+			return invalid("the replica wait %v (WithReplicaAck) needs clients[%d]'s ReadTimeout above %v (the wait, and up to 100ms the node "+
+				"may take past it), but it is %v: raise ReadTimeout in the client's options, or lower the wait", cfg.ack.timeout, nd.index, need, rt)
+		}
+	}
+	return nil
 }

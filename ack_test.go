@@ -256,7 +256,7 @@ func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
 // Acquire, the fencing write-back and Extend all wait for the replicas; a
 // release does not.
 func TestReplicaAckOnEveryWrite(t *testing.T) {
-	primaries := redistest.StartWithReplicas(t, 3, 1)
+	primaries, _ := redistest.StartWithReplicas(t, 3, 1)
 	f := newFixture(t, redistest.Setup{On: primaries}, redlock.WithNodeTimeout(500*time.Millisecond),
 		redlock.WithReplicaAck(1, 100*time.Millisecond))
 	ctx := context.Background()
@@ -278,4 +278,60 @@ func TestReplicaAckOnEveryWrite(t *testing.T) {
 	res, err := l.Release(ctx)
 	require.NoError(t, err)
 	assert.Nil(t, res.Attempts[0].ReplicaAcks, "a release is not waited for")
+}
+
+// A lock that waits for replicas does not hold up the others: its calls
+// take lanes of their own, so a plain Acquire or Release never waits behind
+// a WAIT (with the replica stopped, each WAIT lasts its whole timeout).
+func TestReplicaAckDoesNotHoldUpPlainCalls(t *testing.T) {
+	primaries, replicas := redistest.StartWithReplicas(t, 3, 1)
+	f := newFixture(t, redistest.Setup{On: primaries}, redlock.WithNodeTimeout(500*time.Millisecond))
+	ctx := context.Background()
+	// Stop every replica: every acked acquire waits its 200ms, and fails.
+	for _, r := range replicas {
+		r[0].Pause()
+		t.Cleanup(r[0].Resume)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	spawn(&wg, func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("acked%d", i)}, time.Second, redlock.WithReplicaAck(1, 200*time.Millisecond), redlock.WithRetryCount(0))
+			assert.Error(t, err, "no replica acknowledges")
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	failed, slowest := 0, time.Duration(0)
+	for i := range 30 {
+		start := time.Now()
+		l, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("plain%d", i)}, 150*time.Millisecond, redlock.WithRetryCount(0))
+		if err == nil {
+			_, err = l.Release(ctx)
+		}
+		if err != nil {
+			failed++
+			t.Log(err)
+		}
+		slowest = max(slowest, time.Since(start))
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("30 plain acquire+release beside a loop of acked acquires (each waiting 200ms): %d failed, slowest %v", failed, slowest)
+	assert.Zero(t, failed, "plain calls with a ttl of 150ms, shorter than the WAITs")
+}
+
+// A client whose ReadTimeout would cut a WAIT short is refused before
+// anything is sent, naming the option to change.
+func TestReplicaAckNeedsTheClientsReadTimeout(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 1, Client: &redis.Options{ReadTimeout: 100 * time.Millisecond}}, redlock.WithNodeTimeout(500*time.Millisecond))
+	_, err := f.rl.Acquire(context.Background(), []string{"rt"}, time.Second, redlock.WithReplicaAck(1, 200*time.Millisecond))
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "ReadTimeout")
+	t.Log(err)
 }

@@ -94,7 +94,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 // with a replica each, without and with WithReplicaAck(1, 100ms) (a WAIT
 // after each acquire).
 func BenchmarkAcquireReleaseReplicaAck(b *testing.B) {
-	primaries := redistest.StartWithReplicas(b, 3, 1)
+	primaries, _ := redistest.StartWithReplicas(b, 3, 1)
 	for _, bc := range []struct {
 		name string
 		opts []redlock.Option

@@ -82,7 +82,7 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, st Execut
 		top = max(top, as.nodes[i].counter)
 	}
 	token := top + 1 // top < maxToken: the script and judge refuse more
-	wb := &plan{op: OpFence, s: writeBackScript, keys: p.keys, res: p.res, args: []any{p.args[0], strconv.FormatUint(token, 10)}}
+	wb := &plan{op: OpFence, s: writeBackScript, keys: p.keys, res: p.res, args: []any{p.args[0], strconv.FormatUint(token, 10)}, acked: p.acked}
 	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
 	if timeout <= 0 {
 		// Too late to send anything: the attempt fails on its first round.

@@ -101,6 +101,11 @@ type node struct {
 	// one is the lane of a node that is one server; on a Cluster, the lane
 	// used until the Cluster's slot map is known (see laneFor).
 	one *lane
+	// ackOne is one's twin for the calls of locks that wait for replicas
+	// (WithReplicaAck, WithAOFAck): their batches end with a WAIT, which
+	// no plain call should wait behind. A lock's calls all take the same
+	// lane, so a release never overtakes its lock's acquire on a node.
+	ackOne *lane
 
 	mu     sync.Mutex
 	shards map[string]*lane // Cluster: by the shard primary's address
@@ -111,6 +116,7 @@ func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration) 
 	nd := &node{index: i, client: c, scripts: c}
 	nd.cluster, _ = c.(*redis.ClusterClient)
 	nd.one = &lane{node: nd, owner: owner, base: base}
+	nd.ackOne = &lane{node: nd, owner: owner, base: base}
 	return nd
 }
 
@@ -132,7 +138,7 @@ func (nd *node) script(s *script, keys []string, args []any) (*script, []any) {
 func (nd *node) lanes() []*lane {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	ls := []*lane{nd.one}
+	ls := []*lane{nd.one, nd.ackOne}
 	for _, l := range nd.shards {
 		ls = append(ls, l)
 	}
@@ -145,24 +151,38 @@ func (nd *node) lanes() []*lane {
 // is the node's own lane, so that looking the shard up never blocks the
 // caller.
 func (nd *node) laneFor(key string) *lane {
+	return nd.laneOf(key, false)
+}
+
+// laneOf returns the lane that serves key for a lock that waits for
+// replicas (acked) or not; see ackOne.
+func (nd *node) laneOf(key string, acked bool) *lane {
+	own := nd.one
+	if acked {
+		own = nd.ackOne
+	}
 	if nd.cluster == nil || !nd.mapped.Load() {
-		return nd.one
+		return own
 	}
 	// With the slot map loaded this does not touch the network.
 	c, err := nd.cluster.MasterForKey(context.Background(), key)
 	if err != nil {
-		return nd.one
+		return own
 	}
 	addr := c.Options().Addr
+	id := addr
+	if acked {
+		id += " acked"
+	}
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	l := nd.shards[addr]
+	l := nd.shards[id]
 	if l == nil {
 		if nd.shards == nil {
 			nd.shards = map[string]*lane{}
 		}
 		l = &lane{node: nd, owner: nd.one.owner, base: nd.one.base, shard: addr}
-		nd.shards[addr] = l
+		nd.shards[id] = l
 	}
 	return l
 }

@@ -13,7 +13,8 @@ import (
 //
 // The hooks are called synchronously, from the goroutine that made the call
 // (Vote: from the node's worker), never while the engine holds a lock of its
-// own, with copies of the engine's data: an observer cannot change the
+// own, with copies of the engine's data (slices and NodeErrors; the errors
+// inside are shared and must not be changed): an observer cannot change the
 // locking. It can slow it down, so a hook must return quickly (count, record,
 // hand off). A hook that panics is recovered and ignored.
 type Observer struct {
@@ -111,7 +112,10 @@ const (
 	OutcomeNodeFailure Outcome = "node_failure" // no quorum for other reasons: nodes failed or refused
 )
 
-// OutcomeOf classifies err as returned by Acquire, Extend or Release.
+// OutcomeOf classifies err as returned by Acquire, Extend or Release. An
+// error that matches several (a wait for a contended lock cut short by its
+// ctx matches ErrResourceLocked and the ctx's error) takes the first of
+// invalid, contention, expired, canceled.
 func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
@@ -150,7 +154,30 @@ func (cfg *config) done(ctx context.Context, op Op, resources []string, start ti
 	}
 	info := CallInfo{Ctx: ctx, Op: op, Resources: resources, Start: start, Took: time.Since(start), Err: err, Outcome: OutcomeOf(err), Token: token}
 	if o != nil {
-		info.Tries, info.Attempts = o.tries, o.attempts
+		info.Tries = o.tries
+		if o.attempts != nil {
+			info.Attempts = make([]ExecutionStats, len(o.attempts))
+			for i, st := range o.attempts {
+				info.Attempts[i] = cloneStats(st)
+			}
+		}
 	}
 	safely(cfg.observer.Done, info)
+}
+
+// cloneStats returns a copy of st that shares nothing the engine uses (the
+// NodeErrors are copies too; the errors in them are the engine's, and must
+// not be changed).
+func cloneStats(st ExecutionStats) ExecutionStats {
+	st.VotesFor = append([]int(nil), st.VotesFor...)
+	st.ReplicaAcks = append([]int(nil), st.ReplicaAcks...)
+	if st.VotesAgainst != nil {
+		va := make([]*NodeError, len(st.VotesAgainst))
+		for i, v := range st.VotesAgainst {
+			cp := *v
+			va[i] = &cp
+		}
+		st.VotesAgainst = va
+	}
+	return st
 }

@@ -140,3 +140,90 @@ func TestObserverPanicIsContained(t *testing.T) {
 	_, err = l.Release(context.Background())
 	require.NoError(t, err)
 }
+
+// An observer gets copies: scribbling on what it is given changes nothing
+// the engine decides or the Lock reports.
+func TestObserverCannotChangeTheLocking(t *testing.T) {
+	scribble := &redlock.Observer{
+		Attempt: func(a redlock.AttemptInfo) {
+			a.Resources[0] = "moved"
+			if len(a.Stats.VotesFor) > 0 {
+				a.Stats.VotesFor[0] = 99
+			}
+		},
+		Done: func(c redlock.CallInfo) {
+			c.Resources[0] = "scribbled"
+			for i := range c.Attempts {
+				c.Attempts[i].VotesFor = nil
+				c.Attempts[i].QuorumSize = -7
+			}
+		},
+		Vote: func(e *redlock.NodeError) { e.Err = errors.New(e.Err.Error()) }, // say, redacting
+	}
+	f := newNodes(t, 3, redlock.WithObserver(scribble))
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"real"}, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"real"}, l.Resources())
+	assert.Equal(t, 2, l.Attempts()[0].QuorumSize)
+	assert.NotContains(t, l.Attempts()[0].VotesFor, 99)
+	// Contention still reads as contention, a retried Acquire still asks
+	// for its own resource.
+	_, err = f.rl.Acquire(ctx, []string{"real"}, time.Second, redlock.WithRetryCount(2), redlock.WithRetryDelay(5*time.Millisecond))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.Empty(t, f.Get(t, 0, "moved"))
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	for i := range 3 {
+		f.gone(t, i, "real")
+	}
+}
+
+// Every call that returns reaches Done, and every Using the Using hook:
+// refused input, spent handles and second releases included, and a call's
+// own WithObserver even when another of its options is bad.
+func TestObserverSeesEveryReturn(t *testing.T) {
+	rec := &recorder{}
+	f := newNodes(t, 3, redlock.WithObserver(rec.observer()))
+	ctx := context.Background()
+	count := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.calls) }
+	l, err := f.rl.Acquire(ctx, []string{"every"}, time.Minute)
+	require.NoError(t, err)
+	nl, err := l.Extend(ctx, time.Minute)
+	require.NoError(t, err)
+	before := count()
+	_, err = l.Extend(ctx, time.Minute) // spent
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	_, err = nl.Extend(ctx, 0) // bad ttl
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = nl.Release(ctx)
+	require.NoError(t, err)
+	_, err = nl.Release(ctx) // again
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	_, err = f.rl.Release(ctx, nil)
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Equal(t, before+5, count(), "each of the 5 calls above reached Done")
+	rec.mu.Lock()
+	outcomes := []redlock.Outcome{}
+	for _, c := range rec.calls[before:] {
+		outcomes = append(outcomes, c.Outcome)
+	}
+	rec.mu.Unlock()
+	assert.Equal(t, []redlock.Outcome{redlock.OutcomeExpired, redlock.OutcomeInvalid, redlock.OutcomeOK, redlock.OutcomeExpired, redlock.OutcomeInvalid}, outcomes)
+
+	err = f.rl.Using(ctx, []string{"u"}, time.Millisecond, func(context.Context) error { return nil }) // ttl too short
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	rec.mu.Lock()
+	require.Len(t, rec.usings, 1)
+	assert.False(t, rec.usings[0].Ran)
+	rec.mu.Unlock()
+
+	// A call's own observer sees the call its bad option refuses.
+	own := &recorder{}
+	_, err = f.rl.Acquire(ctx, []string{"x"}, time.Second, redlock.WithObserver(own.observer()), redlock.WithRetryCount(-5))
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	own.mu.Lock()
+	require.Len(t, own.calls, 1)
+	assert.Equal(t, redlock.OutcomeInvalid, own.calls[0].Outcome)
+	own.mu.Unlock()
+}

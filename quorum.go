@@ -111,6 +111,7 @@ type attemptState struct {
 	op       Op
 	ctx      context.Context // the caller's
 	keys     []string        // the resources (a fenced script's KEYS hold their counters too)
+	acked    bool            // the lock's calls take the nodes' acked lanes
 	timeout  time.Duration   // the collector's wait
 	deadline time.Time       // start + timeout: an acquire or extend not sent by then is not sent
 	votes    chan vote       // room for every node: a send never blocks
@@ -140,7 +141,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 			st.ReplicaAcks[i] = -1
 		}
 	}
-	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, timeout: timeout, deadline: st.Start.Add(timeout),
+	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: p.deleted}
 	if p.cleanup {
 		as.cleanup = &cleanup{value: p.args[0]}
@@ -154,7 +155,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		}
 		ns, nargs := nd.script(p.s, p.keys, p.args)
 		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i, ack: ack, acks: -1}
-		nd.laneFor(p.res[0]).submit(&nc.call)
+		nd.laneOf(p.res[0], p.acked).submit(&nc.call)
 	}
 
 	// Every node votes once: by its answer, or here at the deadline or
@@ -177,7 +178,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		case <-timer.C:
 			for i := range n {
 				if !as.nodes[i].voted.Load() {
-					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneFor(p.res[0]).lastCause(), validity: timeout < cfg.nodeTimeout})
+					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneOf(p.res[0], p.acked).lastCause(), validity: timeout < cfg.nodeTimeout})
 				}
 			}
 		case <-done:
@@ -335,7 +336,7 @@ func (as *attemptState) clean(i int) {
 	}
 	cl := as.cleanup
 	cl.pending.add()
-	as.q.nodes[i].laneFor(as.keys[0]).submit(&call{s: cleanupScript, keys: as.keys, args: []any{cl.value}, timeout: as.cfg.nodeTimeout,
+	as.q.nodes[i].laneOf(as.keys[0], as.acked).submit(&call{s: cleanupScript, keys: as.keys, args: []any{cl.value}, timeout: as.cfg.nodeTimeout,
 		cfg: as.cfg, cleanup: &cl.pending})
 }
 
@@ -353,11 +354,14 @@ func (cl *cleanup) await(ctx context.Context, d time.Duration) {
 
 // report passes a vote against to the error handler and returns it.
 func report(cfg *config, ne *NodeError) *NodeError {
+	// The handlers get copies: the engine decides on ne afterwards.
 	if cfg.onError != nil {
-		cfg.onError(ne)
+		cp := *ne
+		cfg.onError(&cp)
 	}
-	if cfg.observer != nil {
-		safely(cfg.observer.Vote, ne)
+	if cfg.observer != nil && cfg.observer.Vote != nil {
+		cp := *ne
+		safely(cfg.observer.Vote, &cp)
 	}
 	return ne
 }

@@ -188,18 +188,24 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	if err := r.ready(ctx); err != nil {
 		return nil, err
 	}
+	refused := func(err error) (*Lock, error) {
+		if oc, seen := r.observing(nil, opts); seen {
+			oc.done(ctx, OpAcquire, append([]string(nil), resources...), time.Now(), nil, 0, err)
+		}
+		return nil, err
+	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
-		r.cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
-		return nil, err
+		return refused(err)
 	}
 	if err := validateResources(resources); err != nil {
-		cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
-		return nil, err
+		return refused(err)
 	}
 	if err := validateTTL(ttl, cfg); err != nil {
-		cfg.done(ctx, OpAcquire, resources, time.Now(), nil, 0, err)
-		return nil, err
+		return refused(err)
+	}
+	if err := r.checkAck(cfg); err != nil {
+		return refused(err)
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
 }
@@ -211,13 +217,14 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	if cfg.fencing {
 		p = fencedAcquirePlan(keys, ttl)
 	}
+	p.acked = cfg.ack != nil
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
-		cfg.done(ctx, OpAcquire, keys, start, &o, 0, o.err)
+		cfg.done(ctx, OpAcquire, append([]string(nil), keys...), start, &o, 0, o.err)
 		return nil, o.err
 	}
-	cfg.done(ctx, OpAcquire, keys, start, &o, o.token, nil)
+	cfg.done(ctx, OpAcquire, append([]string(nil), keys...), start, &o, o.token, nil)
 	l := &Lock{
 		redlock:    r,
 		cfg:        cfg,
@@ -249,6 +256,20 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 // kept it from a quorum. A Lock that Extend returns while a Release runs
 // through another handle is not Valid.
 func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...Option) (*Lock, error) {
+	oc, seen := r.observing(lock, opts)
+	if !seen {
+		return r.extend(ctx, lock, ttl, opts, nil)
+	}
+	start := time.Now()
+	var o outcome
+	nl, err := r.extend(ctx, lock, ttl, opts, &o)
+	oc.done(ctx, OpExtend, lock.Resources(), start, &o, 0, err)
+	return nl, err
+}
+
+// extend is Extend; out, when not nil, receives the outcome of the
+// attempts when any were made.
+func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opts []Option, out *outcome) (*Lock, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
@@ -257,6 +278,9 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, err
 	}
 	if err := validateTTL(ttl, cfg); err != nil {
+		return nil, err
+	}
+	if err := r.checkAck(cfg); err != nil {
 		return nil, err
 	}
 	spent := func(reason string) error {
@@ -271,13 +295,15 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
 	p := extendPlan(lock, ttl)
+	p.acked = lock.cfg.ack != nil
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.
 	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
-	start := time.Now()
 	o := r.execute(ctx, cfg, p)
-	cfg.done(ctx, OpExtend, lock.resources, start, &o, 0, errOf(o))
+	if out != nil {
+		*out = o
+	}
 	if o.err != nil {
 		lock.extending.Store(false)
 		return nil, o.err
@@ -321,6 +347,20 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 // not find it on a quorum; matching ctx.Err() when ctx ended the call; and
 // matching neither when node failures kept it from a quorum.
 func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*ExecutionResult, error) {
+	oc, seen := r.observing(lock, opts)
+	if !seen {
+		return r.release(ctx, lock, opts, nil)
+	}
+	start := time.Now()
+	var o outcome
+	res, err := r.release(ctx, lock, opts, &o)
+	oc.done(ctx, OpRelease, lock.Resources(), start, &o, 0, err)
+	return res, err
+}
+
+// release is Release; out, when not nil, receives the outcome of the
+// attempts when any were made.
+func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *outcome) (*ExecutionResult, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
@@ -340,8 +380,12 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	start := time.Now()
-	o := r.execute(ctx, cfg, releasePlan(lock, time.Unix(0, life.until.Load()), r.size()))
+	rp := releasePlan(lock, time.Unix(0, life.until.Load()), r.size())
+	rp.acked = lock.cfg.ack != nil
+	o := r.execute(ctx, cfg, rp)
+	if out != nil {
+		*out = o
+	}
 	if o.err != nil {
 		if errors.Is(o.err, ErrLockExpired) {
 			life.released.Store(true)
@@ -350,23 +394,33 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 			o.err.ctxErr = ended
 			o.err.afterCtx = true
 		}
-		cfg.done(ctx, OpRelease, lock.resources, start, &o, 0, o.err)
 		return nil, o.err
 	}
 	life.released.Store(true)
-	cfg.done(ctx, OpRelease, lock.resources, start, &o, 0, nil)
 	if obs := cfg.observer; obs != nil && obs.Released != nil {
-		safely(obs.Released, ReleasedInfo{Resources: lock.resources, Held: time.Since(life.granted)})
+		safely(obs.Released, ReleasedInfo{Resources: lock.Resources(), Held: time.Since(life.granted)})
 	}
 	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
 }
 
-// errOf returns o's error as an error (nil when it succeeded).
-func errOf(o outcome) error {
-	if o.err == nil {
-		return nil
+// observing returns the config whose observer sees a call made with opts
+// (on lock, when given, or on r's defaults), options applied but not
+// validated, so that a call refused for a bad option is seen too; and
+// whether there is an observer with a Done hook. It allocates nothing.
+func (r *Redlock) observing(lock *Lock, opts []Option) (config, bool) {
+	if r == nil || r.cfg == nil {
+		return config{}, false
 	}
-	return o.err
+	c := *r.cfg
+	if lock != nil && lock.redlock == r && lock.cfg != nil {
+		c = *lock.cfg
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c, c.observer != nil && c.observer.Done != nil
 }
 
 // ready refuses a nil Redlock, one not made by New, and a nil ctx.

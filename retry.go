@@ -39,6 +39,9 @@ type plan struct {
 	// (ErrResourceLocked), or nil when such votes say the lock is lost for
 	// good (extend, release: ErrLockExpired, and the call ends at once).
 	contended error
+	// acked: the lock waits for replicas (WithReplicaAck): its calls take
+	// the nodes' acked lanes, releases included.
+	acked bool
 	// fenced: an attempt that reaches a quorum writes its fencing token
 	// back (writeBack), and the write-back's quorum is the attempt's.
 	fenced bool
@@ -174,7 +177,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			o.attempts = append(o.attempts, st)
 		}
 		if obs := cfg.observer; obs != nil && obs.Attempt != nil {
-			info := AttemptInfo{Op: p.op, Resources: p.res, Number: tries, Stats: st, Took: time.Since(began),
+			info := AttemptInfo{Op: p.op, Resources: append([]string(nil), p.res...), Number: tries, Stats: cloneStats(st), Took: time.Since(began),
 				Won: len(st.VotesFor) >= q && !st.Late}
 			if p.ttl > 0 {
 				info.Validity, info.Drift = p.ttl-d, d
@@ -250,7 +253,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			s = sleepOrWake(ctx, retryDelay(cfg), wake.channel())
 		}
 		if obs := cfg.observer; obs != nil && obs.Wait != nil {
-			safely(obs.Wait, WaitInfo{Op: p.op, Resources: p.res, Waited: time.Since(paused), Woken: s.woken})
+			safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
 		}
 		if !s.alive {
 			e := *last

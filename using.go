@@ -40,6 +40,14 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
+	ran := false
+	if oc, _ := r.observing(nil, opts); oc.observer != nil && oc.observer.Using != nil {
+		hook, start := oc.observer.Using, time.Now()
+		defer func() { // after the release, below
+			safely(hook, UsingInfo{Ctx: ctx, Resources: append([]string(nil), resources...), Start: start, Took: time.Since(start),
+				Err: err, Ran: ran, Lost: errors.Is(err, ErrExtensionFailed)})
+		}()
+	}
 	cfg, err := r.cfg.with(opts)
 	if err != nil {
 		return err
@@ -60,19 +68,14 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give Using a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
 	}
 	// An extension may wait a whole node timeout for its quorum.
+	if err := r.checkAck(cfg); err != nil {
+		return err
+	}
 	if cfg.extensionThreshold < cfg.nodeTimeout {
 		return invalid("automatic extension threshold %v is below the node timeout %v: the lock could expire while an "+
 			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
 	}
 
-	ran := false
-	if obs := cfg.observer; obs != nil && obs.Using != nil {
-		start := time.Now()
-		defer func() { // after the release, below
-			safely(obs.Using, UsingInfo{Ctx: ctx, Resources: resources, Start: start, Took: time.Since(start), Err: err, Ran: ran,
-				Lost: errors.Is(err, ErrExtensionFailed)})
-		}()
-	}
 	lock, err := r.acquire(ctx, cfg, resources, ttl)
 	if err != nil {
 		return err
@@ -147,7 +150,7 @@ func (e *extender) run(ctx context.Context) {
 				e.err = &extensionError{err: err}
 				e.cancel(e.err)
 				if obs := e.cfg.observer; obs != nil && obs.Lost != nil {
-					safely(obs.Lost, LostInfo{Ctx: ctx, Resources: e.lock.resources, Held: time.Since(e.lock.life.granted), Err: err})
+					safely(obs.Lost, LostInfo{Ctx: ctx, Resources: e.lock.Resources(), Held: time.Since(e.lock.life.granted), Err: err})
 				}
 				return
 			}

@@ -201,12 +201,13 @@ func (c *ReplicatedCluster) waitWhole(within time.Duration) {
 
 // StartWithReplicas starts n independent primaries with replicas replicas
 // each (replicating directly, no proxy), waits until every replica's link is
-// up, and returns the primaries.
-func StartWithReplicas(tb testing.TB, n, replicas int) []*Node {
+// up, and returns the primaries and, for each, its replicas.
+func StartWithReplicas(tb testing.TB, n, replicas int) (primaries []*Node, reps [][]*Node) {
 	tb.Helper()
-	primaries := Start(tb, n)
+	primaries = Start(tb, n)
+	reps = make([][]*Node, n)
 	ctx := context.Background()
-	for _, p := range primaries {
+	for pi, p := range primaries {
 		_, port, _ := net.SplitHostPort(p.Addr())
 		pc := p.Client()
 		if err := pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil { // sync at once
@@ -215,6 +216,7 @@ func StartWithReplicas(tb testing.TB, n, replicas int) []*Node {
 		_ = pc.Close()
 		for range replicas {
 			r := StartNode(tb)
+			reps[pi] = append(reps[pi], r)
 			c := r.Client()
 			if err := c.ReplicaOf(ctx, "127.0.0.1", port).Err(); err != nil {
 				tb.Fatalf("redistest: REPLICAOF: %v", err)
@@ -232,5 +234,5 @@ func StartWithReplicas(tb testing.TB, n, replicas int) []*Node {
 			}
 		}
 	}
-	return primaries
+	return primaries, reps
 }
