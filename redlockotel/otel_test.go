@@ -129,7 +129,7 @@ func sumsBy(t *testing.T, rm metricdata.ResourceMetrics, name string, keys ...st
 					if i > 0 {
 						k += "/"
 					}
-					k += v.Emit()
+					k += v.String()
 				}
 				out[k] += dp.Value
 			}
