@@ -29,19 +29,7 @@ func benchAcquireRelease(b *testing.B, opts ...redlock.Option) {
 	for _, n := range []int{1, 3, 5} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			rl := benchRedlock(b, n)
-			ctx := context.Background()
-			keys := []string{"bench"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				l, err := rl.Acquire(ctx, keys, 10*time.Second, opts...)
-				if err != nil {
-					b.Fatalf("Acquire = %v", err)
-				}
-				if _, err := l.Release(ctx); err != nil {
-					b.Fatalf("Release = %v", err)
-				}
-			}
+			acquireReleaseLoop(b, rl, "bench", opts...)
 		})
 	}
 }
@@ -101,20 +89,25 @@ func BenchmarkAcquireReleaseReplicaAck(b *testing.B) {
 	}{{"plain", nil}, {"ack=1", []redlock.Option{redlock.WithReplicaAck(1, 100*time.Millisecond), redlock.WithNodeTimeout(500 * time.Millisecond)}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			rl := newFixture(b, redistest.Setup{On: primaries}, bc.opts...).rl
-			ctx := context.Background()
-			keys := []string{"bench-ack"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				l, err := rl.Acquire(ctx, keys, 10*time.Second)
-				if err != nil {
-					b.Fatalf("Acquire = %v", err)
-				}
-				if _, err := l.Release(ctx); err != nil {
-					b.Fatalf("Release = %v", err)
-				}
-			}
+			acquireReleaseLoop(b, rl, "bench-ack")
 		})
+	}
+}
+
+// acquireReleaseLoop acquires and releases key on rl, b.N times, timed.
+func acquireReleaseLoop(b *testing.B, rl *redlock.Redlock, key string, opts ...redlock.Option) {
+	ctx := context.Background()
+	keys := []string{key}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		l, err := rl.Acquire(ctx, keys, 10*time.Second, opts...)
+		if err != nil {
+			b.Fatalf("Acquire = %v", err)
+		}
+		if _, err := l.Release(ctx); err != nil {
+			b.Fatalf("Release = %v", err)
+		}
 	}
 }
 
@@ -139,19 +132,7 @@ func BenchmarkObserver(b *testing.B) {
 	}{{"none", nil}, {"no-op", []redlock.Option{redlock.WithObserver(nothing)}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			rl := newFixture(b, redistest.Setup{On: nodes}, bc.opts...).rl
-			ctx := context.Background()
-			keys := []string{"bench-obs"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				l, err := rl.Acquire(ctx, keys, 10*time.Second)
-				if err != nil {
-					b.Fatalf("Acquire = %v", err)
-				}
-				if _, err := l.Release(ctx); err != nil {
-					b.Fatalf("Release = %v", err)
-				}
-			}
+			acquireReleaseLoop(b, rl, "bench-obs")
 		})
 	}
 }
