@@ -347,20 +347,22 @@ func (l *lane) send(batch []*call) bool {
 	onTime := l.round(batch, timeout, bySHA)
 	// The node answered; those whose script it lacks (NOSCRIPT: a restarted
 	// or flushed node, or a script not used on it yet) go again with the
-	// script itself, a round trip with a watchdog of its own (none for a
-	// worker already detached, and counted as parked).
-	var missing []*call
-	for _, c := range batch {
-		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			missing = append(missing, c)
+	// script itself, in a round trip with a watchdog of its own (none for a
+	// worker already detached, and counted as parked), together with the
+	// calls that must still run after them (see resends).
+	if again := resends(batch); len(again) > 0 {
+		first := make([]error, len(again))
+		for i, c := range again {
+			first[i] = c.err
 		}
-	}
-	switch {
-	case len(missing) == 0:
-	case onTime:
-		onTime = l.round(missing, timeout, withSource)
-	default:
-		runBatch(context.Background(), l.via(missing), missing, withSource)
+		if onTime {
+			onTime = l.round(again, timeout, withSource)
+		} else {
+			runBatch(context.Background(), l.via(again), again, withSource)
+		}
+		for i, c := range again {
+			c.err = rerun(c, first[i], c.err)
+		}
 	}
 
 	// What the node said: a reply (even an error reply) shows it alive;
@@ -446,6 +448,72 @@ func (l *lane) send(batch []*call) bool {
 		l.finish(c, c.err)
 	}
 	return onTime
+}
+
+// resends returns the calls of a batch just answered to send again with
+// their scripts: each one the node lacked (NOSCRIPT), and each later one
+// that ran but shares a key with one sent again before it. A pipeline runs
+// in order; a call that answered NOSCRIPT did not run, so a later call on
+// its keys ran too early: a lock's release before its own acquire (which
+// the re-send then writes, to stay for its whole ttl), a write-back before
+// its acquire, another lock's acquire before the release that frees it.
+// Sending those again after the re-sent ones, in the batch's order, gives
+// each the answer it would have had in order. Every script may run twice:
+// acquire, extend and write-back write what they wrote the first time
+// (acquire lets its own value through), and a release's second run finds
+// what its first left (see rerun).
+func resends(batch []*call) []*call {
+	var again []*call
+	var keys map[string]struct{} // the keys of the calls sent again so far
+	for _, c := range batch {
+		switch {
+		case c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT"):
+		case keys == nil || !isReply(c.err) || !touches(c.keys, keys):
+			// Before the first NOSCRIPT; or it did not run for sure
+			// (no reply: the connection failed); or on other keys.
+			continue
+		}
+		if keys == nil {
+			keys = make(map[string]struct{}, len(c.keys))
+		}
+		for _, k := range c.keys {
+			keys[k] = struct{}{}
+		}
+		again = append(again, c)
+	}
+	return again
+}
+
+// touches reports whether any of keys is in set.
+func touches(keys []string, set map[string]struct{}) bool {
+	for _, k := range keys {
+		if _, ok := set[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// rerun returns the answer of c, sent again after its first run answered
+// first and its second run then. The second run's answer stands, except
+// for a release: the keys its first run deleted count with those of its
+// second, so that a release that freed its keys too early (before an
+// acquire of another lock's, say) is not judged as one that found nothing.
+func rerun(c *call, first, second error) error {
+	if c.s.op != OpRelease || !isReply(first) || !isReply(second) {
+		return second
+	}
+	var a, b *ResourceLockedError
+	switch {
+	case first == nil || second == nil:
+		return nil
+	case errors.As(first, &a) && errors.As(second, &b):
+		if a.Applied+b.Applied >= int64(a.Requested) {
+			return nil
+		}
+		return &ResourceLockedError{Op: b.Op, Applied: a.Applied + b.Applied, Requested: b.Requested}
+	}
+	return second
 }
 
 // round sends calls (their EVALSHAs, or withSource their scripts) in one

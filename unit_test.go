@@ -394,3 +394,39 @@ func BenchmarkFenceKey(b *testing.B) {
 		})
 	}
 }
+
+// resends picks, after the first NOSCRIPT of a batch, the calls the node
+// lacked and the later calls that ran on their keys; rerun counts a
+// release's deletes of both runs.
+func TestResends(t *testing.T) {
+	noscript := redis.ErrNoScript
+	held := &ResourceLockedError{Op: OpAcquire, Requested: 1}
+	acq := func(key string, err error) *call { return &call{s: acquireScript, keys: []string{key}, err: err} }
+	rel := func(key string, err error) *call { return &call{s: releaseScript, keys: []string{key}, err: err} }
+	cases := []struct {
+		name  string
+		batch []*call
+		want  []int // indexes into batch
+	}{
+		{"no NOSCRIPT", []*call{acq("a", nil), rel("a", nil)}, nil},
+		{"acquire lacked, its release ran", []*call{acq("a", noscript), rel("a", &ResourceLockedError{Op: OpRelease, Requested: 1})}, []int{0, 1}},
+		{"before the first NOSCRIPT stays", []*call{rel("a", nil), acq("a", noscript), acq("b", nil)}, []int{1}},
+		{"chained through a re-sent key", []*call{acq("a", noscript), &call{s: acquireScript, keys: []string{"a", "b"}, err: held}, rel("b", nil), rel("c", nil)}, []int{0, 1, 2}},
+		{"a network error did not surely run", []*call{acq("a", noscript), rel("a", errors.New("read: connection reset"))}, []int{0}},
+	}
+	for _, tc := range cases {
+		var want []*call
+		for _, i := range tc.want {
+			want = append(want, tc.batch[i])
+		}
+		assert.Equal(t, want, resends(tc.batch), tc.name)
+	}
+
+	r := rel("a", nil)
+	gone := &ResourceLockedError{Op: OpRelease, Requested: 2}
+	one := &ResourceLockedError{Op: OpRelease, Applied: 1, Requested: 2}
+	assert.NoError(t, rerun(r, nil, gone), "first run deleted both keys")
+	assert.NoError(t, rerun(r, one, one), "one key in each run")
+	assert.Equal(t, one, rerun(r, gone, one))
+	assert.Equal(t, held, rerun(acq("a", nil), nil, held), "an acquire's second answer stands")
+}
