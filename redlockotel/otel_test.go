@@ -2,6 +2,7 @@ package redlockotel_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -129,7 +130,7 @@ func sumsBy(t *testing.T, rm metricdata.ResourceMetrics, name string, keys ...st
 					if i > 0 {
 						k += "/"
 					}
-					k += v.String()
+					k += fmt.Sprint(v.AsInterface())
 				}
 				out[k] += dp.Value
 			}

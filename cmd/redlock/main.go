@@ -52,7 +52,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		return helpVerb(rest, stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "redlock: unknown verb %q\n\n%s", verb, usageTop)
+		fmt.Fprintf(stderr, "redlock: unknown verb %q\nRun 'redlock help' for usage.\n", verb)
 		return exitUsage
 	}
 }
@@ -72,7 +72,7 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 	case "help":
 		fmt.Fprint(stdout, usageTop)
 	default:
-		fmt.Fprintf(stderr, "redlock: no help for unknown verb %q\n\n%s", args[0], usageTop)
+		fmt.Fprintf(stderr, "redlock: no help for unknown verb %q\nRun 'redlock help' for usage.\n", args[0])
 		return exitUsage
 	}
 	return 0

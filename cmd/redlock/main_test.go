@@ -347,6 +347,9 @@ func TestBadInvocations(t *testing.T) {
 		{"bad conflict code", true, []string{"run", "--conflict-exit-code", "300", "x", "--", "true"}, exitUsage, "0-255"},
 		{"status without resource", true, []string{"status"}, exitUsage, "no RESOURCE"},
 		{"help of an unknown verb", true, []string{"help", "lock"}, exitUsage, "unknown verb"},
+		{"node timeout given above ttl/4", true, []string{"run", "--ttl", "1s", "--node-timeout", "500ms", "x", "--", "true"}, exitUsage, "at most ttl/4 (250ms): lower it, raise --ttl, or leave it out"},
+		{"unknown flag", true, []string{"run", "--bogus", "x", "--", "true"}, exitUsage, "flag provided but not defined: -bogus"},
+		{"status node timeout not positive", true, []string{"status", "--node-timeout", "0s", "x"}, exitUsage, "--node-timeout 0s is not positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r result
@@ -358,6 +361,12 @@ func TestBadInvocations(t *testing.T) {
 			assert.Equal(t, tc.code, r.code, "stderr: %s", r.stderr)
 			assert.Contains(t, r.stderr, tc.message)
 			assert.Less(t, r.took, 3*time.Second)
+			if tc.args != nil {
+				// What is wrong, and where the usage is: not the usage.
+				lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+				assert.LessOrEqual(t, len(lines), 2, "stderr of %v: %s", tc.args, r.stderr)
+				assert.Contains(t, lines[len(lines)-1], "Run 'redlock help", "stderr of %v", tc.args)
+			}
 		})
 	}
 
@@ -382,6 +391,16 @@ func TestBadInvocations(t *testing.T) {
 	}
 	r = c.run(t, "help", "status")
 	assert.Contains(t, r.stdout, "-json")
+}
+
+// A user who sets only --ttl is never refused for a --node-timeout they did
+// not give: below 2s the node timeout is ttl/4.
+func TestShortTTLNeedsNoNodeTimeout(t *testing.T) {
+	c := newCluster(t)
+	r := c.run(t, "run", "--ttl", "1s", "short", "--", "sh", "-c", "echo ran")
+	assert.Zero(t, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, "ran\n", r.stdout)
+	c.empty(t, "short")
 }
 
 // A command that exits and leaves a child running in its group: the child

@@ -33,7 +33,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodes, "nodes", "",
 		"comma-separated `host:port` or redis:// / rediss:// URLs, one per independent node (default: $REDLOCK_NODES)")
-	fs.DurationVar(&c.nodeTimeout, "node-timeout", 500*time.Millisecond, "how long to wait for one node's answer")
+	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "how long to wait for one node's answer (default 500ms; for run, at most ttl/4: ttl/4 when the ttl is below 2s)")
 	fs.BoolVar(&c.verbose, "verbose", false, "log acquire, extend, release and lost-lock lines to stderr")
 }
 
@@ -109,9 +109,28 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// usageError prints msg and the verb's usage, and returns the usage exit code.
+// defaultNodeTimeout is --node-timeout when it is not given (for run, at
+// most ttl/4).
+const defaultNodeTimeout = 500 * time.Millisecond
+
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// short makes fs's errors short, as go's and git's are: the flag package's
+// own message, then where the usage is, not the usage itself (which help
+// and -h print to stdout).
+func short(fs *flag.FlagSet, stderr io.Writer) {
+	fs.Usage = func() { fmt.Fprintf(stderr, "Run 'redlock help %s' for usage.\n", fs.Name()) }
+}
+
+// usageError prints msg, one line, and where the verb's usage is, and returns
+// the usage exit code.
 func usageError(fs *flag.FlagSet, stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "redlock %s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
-	fs.Usage()
+	fmt.Fprintf(stderr, "redlock %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(stderr, "Run 'redlock help %s' for usage.\n", fs.Name())
 	return exitUsage
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,18 +97,23 @@ func runVerb(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fs, fp := runFlagSet(stderr)
+	short(fs, stderr)
 	resources, command, code := parseRun(fs, args)
 	if code >= 0 {
 		return code
 	}
 	f := *fp
+	if !given(fs, "node-timeout") && f.ttl > 0 {
+		// Not the user's choice: never refuse it, derive it from the ttl.
+		f.nodeTimeout = min(defaultNodeTimeout, f.ttl/4)
+	}
 	switch {
 	case f.ttl < time.Second:
 		return usageError(fs, stderr, "--ttl %v is below 1s: the lock must outlive a few extension attempts", f.ttl)
 	case f.ttl%time.Millisecond != 0:
 		return usageError(fs, stderr, "--ttl %v is not a whole number of milliseconds", f.ttl)
 	case f.nodeTimeout <= 0 || f.nodeTimeout > f.ttl/4:
-		return usageError(fs, stderr, "--node-timeout %v must be positive and at most ttl/4 (%v)", f.nodeTimeout, f.ttl/4)
+		return usageError(fs, stderr, "--node-timeout %v must be positive and at most ttl/4 (%v): lower it, raise --ttl, or leave it out", f.nodeTimeout, f.ttl/4)
 	case f.killGrace < 0 || f.killGrace > f.ttl/2:
 		return usageError(fs, stderr, "--kill-grace %v must be between 0 and ttl/2 (%v)", f.killGrace, f.ttl/2)
 	case f.conflict < 0 || f.conflict > 255:
@@ -169,6 +175,9 @@ func parseRun(fs *flag.FlagSet, args []string) (resources, command []string, cod
 	for i, res := range strings.Split(positional[0], ",") {
 		if res == "" {
 			return nil, nil, usageError(fs, stderr, "RESOURCE %q has an empty name at position %d", positional[0], i+1)
+		}
+		if j := slices.Index(resources, res); j >= 0 {
+			return nil, nil, usageError(fs, stderr, "RESOURCE %q: %q at position %d duplicates position %d", positional[0], res, i+1, j+1)
 		}
 		resources = append(resources, res)
 	}

@@ -56,6 +56,7 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fs, c, asJSON := statusFlagSet(stderr)
+	short(fs, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -70,6 +71,9 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 		if r == "" {
 			return usageError(fs, stderr, "an empty RESOURCE name")
 		}
+	}
+	if !given(fs, "node-timeout") {
+		c.nodeTimeout = defaultNodeTimeout
 	}
 	if c.nodeTimeout <= 0 {
 		return usageError(fs, stderr, "--node-timeout %v is not positive", c.nodeTimeout)

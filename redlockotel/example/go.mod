@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/go-redlock/redlock v0.0.0-00010101000000-000000000000
-	github.com/go-redlock/redlock/redlockotel v0.0.0-00010101000000-000000000000
+	github.com/go-redlock/redlock v0.1.0
+	github.com/go-redlock/redlock/redlockotel v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
