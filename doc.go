@@ -151,7 +151,11 @@
 // write-back within the lock's validity; otherwise the attempt failed and is
 // cleaned up. Unfenced locks and failed first rounds leave the counters
 // alone; a write-back that reached some nodes but not a quorum in time may
-// make the next token skip a number, never repeat one.
+// make the next token skip a number, never repeat one. A grant promises its
+// token on a quorum, not on every node: a node that voted against (it still
+// held the previous lock, whose release returns at quorum too, or it was
+// slow) took no write-back, and its counter lags until a later grant's
+// write-back reaches it. Read a counter from a quorum, never from one node.
 //
 // Why the tokens grow (a sketch). Let A and B be fenced locks sharing
 // resource r, B granted after A's hold ended (mutual exclusion orders them).

@@ -48,12 +48,20 @@ func TestTokensCountUpAcrossRedlocks(t *testing.T) {
 	for i := range 12 {
 		assert.Equal(t, uint64(i+1), acquireToken(t, rls[i%len(rls)], "seq"), "grant %d, through Redlock %d", i+1, i%len(rls))
 	}
-	// A call returns at quorum: the third node's write-back may land a
-	// moment later.
+	// The last token is on a quorum of the nodes: what a grant promises.
+	// A third node's counter may lag for good: a write-back lands only
+	// where the lock holds, and a node that still held the previous lock
+	// (its release returns at quorum, and each Redlock has connections of
+	// its own) voted against, and took no write-back.
+	at := 0
 	for i := range 3 {
-		assert.Eventually(t, func() bool { return base.Get(t, i, counterOf("seq")) == "12" }, 2*time.Second, 5*time.Millisecond,
-			"node %d's counter", i)
+		c, _ := strconv.ParseUint(base.Get(t, i, counterOf("seq")), 10, 64)
+		assert.LessOrEqual(t, c, uint64(12), "node %d's counter", i)
+		if c == 12 {
+			at++
+		}
 	}
+	assert.GreaterOrEqual(t, at, 2, "nodes whose counter is the last token, 12")
 
 	// Contending callers: the tokens, in the order the critical sections
 	// ran, are 1, 2, 3, ... with no gap and no repeat.

@@ -158,8 +158,12 @@ func TestExitAfterFailedAcquireLeavesNothing(t *testing.T) {
 
 // Item 4: a cron guard on six replicas, each a separate Redlock with its own
 // clients (as separate processes), which Close and close their clients as
-// a process exits, each trying for a window shorter than the job. Every
-// round runs the job exactly once and leaves no key.
+// a process exits. Every round runs the job exactly once and leaves no key.
+// The job lasts until every replica has stopped trying, as a nightly job
+// outlasts its replicas' tries; a job shorter than a loser's tries would
+// rightly run again after it (a replica that starts late, as a loaded
+// machine's goroutine may, did so: 2 of 30 rounds ran twice, one run after
+// the other).
 // (14 of 30 rounds left a key; with rounds closer than one ttl, 37 of 40
 // ran nobody.)
 func TestCronGuardOnSixReplicas(t *testing.T) {
@@ -172,7 +176,8 @@ func TestCronGuardOnSixReplicas(t *testing.T) {
 	left, wrong := 0, 0
 	for round := range rounds {
 		var ran atomic.Int32
-		var wg sync.WaitGroup
+		var wg, tried sync.WaitGroup
+		tried.Add(replicas)
 		for r := range replicas {
 			spawn(&wg, func() {
 				time.Sleep(time.Duration(r) * time.Millisecond) // the replicas' clocks differ a little
@@ -185,21 +190,23 @@ func TestCronGuardOnSixReplicas(t *testing.T) {
 						_ = c.Close()
 					}
 				}()
-				// A short retry window (3 × 5ms ± 4ms), shorter than the
-				// job: replicas that split the nodes try again, and none
-				// is still trying when the winner's job is over.
-				rl, err := redlock.New(cs, redlock.WithRetryCount(3), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(4*time.Millisecond))
+				// A bounded retry window (20 × 5ms ± 4ms): replicas that
+				// split the nodes try again, and then give up.
+				rl, err := redlock.New(cs, redlock.WithRetryCount(20), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(4*time.Millisecond))
 				if !assert.NoError(t, err) {
+					tried.Done()
 					return
 				}
 				defer func() { _ = rl.Close() }() // before the clients close: the process exits
 				lock, err := rl.Acquire(context.Background(), []string{"{cron}nightly"}, 10*time.Second)
+				tried.Done()
 				if err != nil {
 					return // another replica runs it
 				}
 				defer func() { _, _ = lock.Release(context.Background()) }()
 				ran.Add(1)
-				time.Sleep(100 * time.Millisecond) // the job
+				tried.Wait()                      // every other replica has given up
+				time.Sleep(20 * time.Millisecond) // the job
 			})
 		}
 		wg.Wait()

