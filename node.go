@@ -30,7 +30,10 @@ import (
 //     caller's ctx ended, or whose attempt's deadline passed. Nothing was
 //     written for those, so nothing needs cleaning. Releases are always
 //     sent. The rest go out in one pipeline with a deadline of one node
-//     timeout from now, which no caller's ctx can cut short.
+//     timeout from now, which no caller's ctx can cut short. A node that
+//     lacks a script answers NOSCRIPT to its calls, which did not run;
+//     they go again with the script, in the batch's order, together with
+//     the later calls that ran on their keys too early (see resends).
 //  3. Vote. Each call's answer is its node's vote, unless the attempt's
 //     collector already counted that node (its deadline passed or its ctx
 //     ended): each node votes exactly once per attempt, and the vote channel

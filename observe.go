@@ -181,3 +181,23 @@ func cloneStats(st ExecutionStats) ExecutionStats {
 	}
 	return st
 }
+
+// observing returns the config whose observer sees a call made with opts
+// (on lock, when given, or on r's defaults), options applied but not
+// validated, so that a call refused for a bad option is seen too; and
+// whether there is an observer with a Done hook. It allocates nothing.
+func (r *Redlock) observing(lock *Lock, opts []Option) (config, bool) {
+	if r == nil || r.cfg == nil {
+		return config{}, false
+	}
+	c := *r.cfg
+	if lock != nil && lock.redlock == r && lock.cfg != nil {
+		c = *lock.cfg
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c, c.observer != nil && c.observer.Done != nil
+}

@@ -1,0 +1,117 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Validation at the door: what New and every call refuse before anything
+// is sent, with an error matching ErrInvalidArgument that names the bad
+// value and what to do.
+
+// distinctServers refuses two clients for one server: two *redis.Client
+// with the same address and database, or two ClusterClients that share a
+// seed address. That node would vote twice. (A FailoverClient's address is
+// resolved through its sentinels at run time, so it is not compared.)
+func distinctServers(clients []redis.UniversalClient) error {
+	seen := map[string]int{}
+	for i, c := range clients {
+		var ids []string
+		switch c := c.(type) {
+		case *redis.Client:
+			if o := c.Options(); o.Addr != "FailoverClient" {
+				ids = append(ids, fmt.Sprintf("%s db %d", o.Addr, o.DB))
+			}
+		case *redis.ClusterClient:
+			for _, a := range c.Options().Addrs {
+				ids = append(ids, "cluster "+a)
+			}
+		}
+		for _, id := range ids {
+			if j, ok := seen[id]; ok && j != i {
+				return invalid("clients[%d] and clients[%d] talk to the same server (%s), which would vote twice: "+
+					"give each independent node once", j, i, id)
+			}
+			seen[id] = i
+		}
+	}
+	return nil
+}
+
+// isNil reports whether c is nil or an interface holding a nil pointer.
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// validateTTL refuses a ttl that Redis cannot take or that leaves no validity.
+func validateTTL(ttl time.Duration, cfg *config) error {
+	switch {
+	case ttl <= 0:
+		return invalid("ttl %v is not positive: a lock needs a ttl such as 10*time.Second", ttl)
+	case ttl%time.Millisecond != 0:
+		return invalid("ttl %v is not a whole number of milliseconds, which is what Redis takes: round it with ttl.Round(time.Millisecond)", ttl)
+	}
+	if d := drift(cfg.driftFactor, ttl); ttl <= d {
+		return invalid("ttl %v leaves no validity after the clock drift allowance of %v (WithDriftFactor): use a longer ttl", ttl, d)
+	}
+	return nil
+}
+
+// validateResources refuses an empty list, an empty name, a name in the
+// fencing counters' namespace, and a duplicate.
+func validateResources(resources []string) error {
+	if len(resources) == 0 {
+		return invalid("no resources to lock")
+	}
+	for i, res := range resources {
+		if res == "" {
+			return invalid("resources[%d] is empty", i)
+		}
+		if strings.HasPrefix(res, fencePrefix) {
+			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, fencePrefix)
+		}
+		for j := range i {
+			if resources[j] == res {
+				return invalid("resources[%d] %q duplicates resources[%d]", i, res, j)
+			}
+		}
+	}
+	return nil
+}
+
+// ready refuses a nil Redlock, one not made by New, and a nil ctx.
+func (r *Redlock) ready(ctx context.Context) error {
+	if r == nil || r.cfg == nil {
+		return invalid("nil or zero Redlock: make one with New")
+	}
+	if ctx == nil {
+		return invalid("nil context: pass context.Background() or a request's context")
+	}
+	return nil
+}
+
+// owns refuses a nil Lock, a zero Lock, and a Lock acquired through another
+// Redlock.
+func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	switch {
+	case lock == nil:
+		return invalid("nil lock")
+	case lock.redlock == nil:
+		return invalid("zero Lock: locks come from Acquire or Extend")
+	case lock.redlock != r:
+		return invalid("the lock was acquired through another Redlock")
+	}
+	return nil
+}
