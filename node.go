@@ -236,6 +236,10 @@ type call struct {
 	cfg     *config
 	deleted *atomic.Bool
 	cleanup *flight // a failed attempt's cleanups: done once answered or given up
+	// settled: a release sent again after a NOSCRIPT (see resends) whose
+	// first run deleted every key. Its vote is for, whatever its second
+	// run says: a silent second round does not vote it against.
+	settled bool
 }
 
 // submit queues c on l and starts a worker if none runs, or fails c at once
@@ -353,10 +357,13 @@ func (l *lane) send(batch []*call) bool {
 	// script itself, in a round trip with a watchdog of its own (none for a
 	// worker already detached, and counted as parked), together with the
 	// calls that must still run after them (see resends).
-	if again := resends(batch); len(again) > 0 {
+	if again := resends(batch, onTime); len(again) > 0 {
 		first := make([]error, len(again))
 		for i, c := range again {
 			first[i] = c.err
+			// A release whose first run deleted every key stays a
+			// success, whatever becomes of its second run.
+			c.settled = c.s.op == OpRelease && c.err == nil
 		}
 		if onTime {
 			onTime = l.round(again, timeout, withSource)
@@ -460,18 +467,32 @@ func (l *lane) send(batch []*call) bool {
 // its keys ran too early: a lock's release before its own acquire (which
 // the re-send then writes, to stay for its whole ttl), a write-back before
 // its acquire, another lock's acquire before the release that frees it.
-// Sending those again after the re-sent ones, in the batch's order, gives
-// each the answer it would have had in order. Every script may run twice:
-// acquire, extend and write-back write what they wrote the first time
+// Sent again after the re-sent ones, in the batch's order, each runs where
+// its keys are as they would have been in order: a release then deletes
+// what the acquire before it wrote. (The answers may differ from the
+// batch's order: in [acquire A (NOSCRIPT), acquire B], B wins the key and A
+// finds it held. Either answer is a consistent vote.) Every script may run
+// twice: acquire, extend and write-back write what they wrote the first time
 // (acquire lets its own value through), and a release's second run finds
 // what its first left (see rerun).
-func resends(batch []*call) []*call {
+//
+// A batch that went silent past its node timeout (onTime false) was voted
+// against already, and its worker is detached: the lane has sent newer calls
+// since, on other connections (the held copy of a lock's release, as the
+// breaker's probe), so no order can be kept with them. Its acquires,
+// extends and write-backs that the node lacked are not sent again: they
+// wrote nothing, and now never will. Only its releases that the node lacked
+// go again, which delete only their own value and may run in any order.
+func resends(batch []*call, onTime bool) []*call {
 	var again []*call
 	var keys map[string]struct{} // the keys of the calls sent again so far
 	for _, c := range batch {
 		switch {
 		case c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT"):
-		case keys == nil || !isReply(c.err) || !touches(c.keys, keys):
+			if !onTime && c.s.op != OpRelease {
+				continue
+			}
+		case !onTime || keys == nil || !isReply(c.err) || !touches(c.keys, keys):
 			// Before the first NOSCRIPT; or it did not run for sure
 			// (no reply: the connection failed); or on other keys.
 			continue
@@ -503,12 +524,20 @@ func touches(keys []string, set map[string]struct{}) bool {
 // second, so that a release that freed its keys too early (before an
 // acquire of another lock's, say) is not judged as one that found nothing.
 func rerun(c *call, first, second error) error {
-	if c.s.op != OpRelease || !isReply(first) || !isReply(second) {
+	switch {
+	case c.s.op != OpRelease:
+		return second
+	case first == nil:
+		// Its first run deleted every key: its second, needed only to
+		// run after the calls re-sent before it, cannot undo that, even
+		// when its answer is lost.
+		return nil
+	case !isReply(first) || !isReply(second):
 		return second
 	}
 	var a, b *ResourceLockedError
 	switch {
-	case first == nil || second == nil:
+	case second == nil:
 		return nil
 	case errors.As(first, &a) && errors.As(second, &b):
 		if a.Applied+b.Applied >= int64(a.Requested) {
@@ -561,7 +590,7 @@ func (l *lane) silent(batch []*call, timeout time.Duration) {
 	cause := l.cause
 	l.mu.Unlock()
 	for _, c := range batch {
-		if c.at != nil {
+		if c.at != nil && !c.settled {
 			c.at.vote(c.node, &NodeTimeoutError{Timeout: c.timeout, Shard: l.shard, Cause: cause})
 		}
 	}

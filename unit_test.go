@@ -419,13 +419,18 @@ func TestResends(t *testing.T) {
 		for _, i := range tc.want {
 			want = append(want, tc.batch[i])
 		}
-		assert.Equal(t, want, resends(tc.batch), tc.name)
+		assert.Equal(t, want, resends(tc.batch, true), tc.name)
 	}
+
+	// A detached worker's batch: only its releases go again.
+	late := []*call{acq("a", noscript), rel("a", noscript), rel("b", noscript), acq("b", nil)}
+	assert.Equal(t, []*call{late[1], late[2]}, resends(late, false), "after a silence")
 
 	r := rel("a", nil)
 	gone := &ResourceLockedError{Op: OpRelease, Requested: 2}
 	one := &ResourceLockedError{Op: OpRelease, Applied: 1, Requested: 2}
 	assert.NoError(t, rerun(r, nil, gone), "first run deleted both keys")
+	assert.NoError(t, rerun(r, nil, errors.New("EOF")), "a lost second answer does not undo the first run's deletes")
 	assert.NoError(t, rerun(r, one, one), "one key in each run")
 	assert.Equal(t, one, rerun(r, gone, one))
 	assert.Equal(t, held, rerun(acq("a", nil), nil, held), "an acquire's second answer stands")
