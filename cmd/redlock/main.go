@@ -38,8 +38,12 @@ func main() {
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// cli runs one invocation and returns its exit code.
+// cli runs one invocation and returns its exit code. Whatever redlock
+// itself prints goes through redact: no message, log line or JSON field
+// shows a password from a node URL (the command's own output does not pass
+// here).
 func cli(args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = redacting{stdout}, redacting{stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageTop)
 		return exitUsage
@@ -134,3 +138,14 @@ nodes, 69 otherwise, and 2 for a usage error.
 
 Flags:
 `
+
+// redacting is a writer that removes URL credentials from what it writes.
+// redlock writes each message, log record or JSON document in one Write.
+type redacting struct{ w io.Writer }
+
+func (r redacting) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -526,3 +526,33 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "only 1 of 3 nodes answered")
 }
+
+// No message, log line or JSON field shows a password from a node URL: a
+// bad URL, a trailing comma, a node that refuses, a wrong password.
+func TestPasswordsAreNeverPrinted(t *testing.T) {
+	c := newCluster(t)
+	const pw = "TopSecretPw"
+	live := strings.Split(c.addrs, ",")
+	for _, tc := range []struct {
+		name  string
+		nodes string
+		args  []string
+	}{
+		{"bad database", "redis://:" + pw + "@127.0.0.1:17004/abc", []string{"status", "p"}},
+		{"trailing comma", "redis://:" + pw + "@" + live[0] + ",", []string{"status", "p"}},
+		{"lone user is a password", "redis://" + pw + "@127.0.0.1:1/x", []string{"run", "p", "--", "true"}},
+		{"refused", "redis://u:" + pw + "@127.0.0.1:1,redis://u:" + pw + "@127.0.0.1:2,redis://u:" + pw + "@127.0.0.1:3", []string{"run", "--verbose", "p", "--", "true"}},
+		{"wrong password, json", "redis://:" + pw + "@" + live[0], []string{"status", "--json", "p"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "wrong password") {
+				require.NoError(t, c.Peek[0].ConfigSet(context.Background(), "requirepass", "another").Err())
+			}
+			r := c.run(t, append([]string{tc.args[0], "--nodes", tc.nodes}, tc.args[1:]...)...)
+			assert.NotZero(t, r.code)
+			assert.NotContains(t, r.stdout+r.stderr, pw)
+			assert.NotEmpty(t, r.stdout+r.stderr, "it says what is wrong")
+			t.Logf("exit %d: %s%s", r.code, r.stdout, r.stderr)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,13 +58,13 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 	for _, a := range strings.Split(list, ",") {
 		a = strings.TrimSpace(a)
 		if a == "" {
-			return nil, fmt.Errorf("--nodes %q has an empty entry", list)
+			return nil, fmt.Errorf("--nodes %q has an empty entry", redact(list))
 		}
 		var o *redis.Options
 		if strings.Contains(a, "://") {
 			var err error
 			if o, err = redis.ParseURL(a); err != nil {
-				return nil, fmt.Errorf("node %q: %v (a URL looks like redis://user:password@host:6379/0, or rediss:// for TLS)", a, err)
+				return nil, fmt.Errorf("node %q: %s (a URL looks like redis://host:6379/0, with user:password@ before the host, or rediss:// for TLS)", redact(a), redact(err.Error()))
 			}
 		} else {
 			if !strings.Contains(a, ":") {
@@ -81,6 +82,17 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 		nodes = append(nodes, node{name: name, client: redis.NewClient(o)})
 	}
 	return nodes, nil
+}
+
+// credentials is the user information of a URL (user, password, or both):
+// from "://" to the "@" before the host.
+var credentials = regexp.MustCompile(`://[^/@\s]*@`)
+
+// redact returns s with the credentials of every URL in it replaced by
+// "xxxxx": a node list or an error that quotes one never shows a password
+// (go-redis reads a lone user name as the password, so all of it goes).
+func redact(s string) string {
+	return credentials.ReplaceAllString(s, "://xxxxx@")
 }
 
 func closeNodes(nodes []node) {
