@@ -55,6 +55,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return statusVerb(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return helpVerb(rest, stdout, stderr)
+	case watchVerbName:
+		return watchVerb()
 	default:
 		fmt.Fprintf(stderr, "redlock: unknown verb %q\nRun 'redlock help' for usage.\n", verb)
 		return exitUsage
@@ -117,6 +119,11 @@ Extensions are tried when half the ttl is left and retried while the lock is
 valid; if they keep failing, the SIGTERM goes out --kill-grace + ttl/10 before
 the lock would expire, so that with the default --kill-grace (ttl/4) the
 SIGKILL lands before the lock's validity ends.
+
+If redlock itself is killed (SIGKILL, the OOM killer), the command's process
+group is killed with it: on Linux the kernel sends the command SIGKILL at once,
+and a small watcher process kills the rest of its group. Only a process that
+left the group (setsid) can outlive redlock.
 
 Exit codes:
   the command's own   it ran and exited (128+n when signal n killed it)

@@ -556,3 +556,34 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		})
 	}
 }
+
+// redlock killed with SIGKILL (by hand, the OOM killer, a runtime that kills
+// only the main process): the command and what it started in its group die
+// with it, before the lock's ttl ends, and a second run is not beside it.
+// (The command used to run on with no lock, and a second run started.)
+func TestKilledRedlockTakesTheCommandAlong(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	const ttl = 2 * time.Second
+	cmd := c.command("run", "--ttl", ttl.String(), "kjob", "--", "sh", "-c",
+		`echo $$ > `+dir+`/group; sleep 30 & while :; do sleep 0.2; done`)
+	require.NoError(t, cmd.Start())
+	var group int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "group"))
+		group, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && group > 0
+	}, 10*time.Second, 5*time.Millisecond, "the command started")
+	t.Cleanup(func() { _ = syscall.Kill(-group, syscall.SIGKILL) }) // when the test fails
+	c.heldEverywhere(t, "kjob")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	_ = cmd.Wait()
+	for groupAlive(group) && time.Since(killed) < ttl {
+		time.Sleep(time.Millisecond)
+	}
+	gone := time.Since(killed)
+	assert.False(t, groupAlive(group), "the command's group runs %v after redlock was killed", gone)
+	assert.Less(t, gone, ttl, "the command's group outlived the lock")
+	t.Logf("the command's group was gone %v after redlock's SIGKILL (lock ttl %v)", gone.Round(100*time.Microsecond), ttl)
+}

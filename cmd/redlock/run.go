@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,7 @@ func (r *runner) run(nodes []node) int {
 	cmd := exec.Command(r.command[0], r.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group, signalled as one
+	deathSignal(cmd.SysProcAttr)                          // dies with redlock (see watch.go)
 	tty := terminal()
 	if tty >= 0 {
 		// At a terminal, the command's group takes the foreground: it can
@@ -237,6 +239,13 @@ func (r *runner) run(nodes []node) int {
 	if r.fencing {
 		cmd.Env = append(cmd.Env, "REDLOCK_TOKEN="+strconv.FormatUint(lock.Token(), 10))
 	}
+	// The parent-death signal comes when the thread that started the
+	// command exits: this goroutine keeps its thread until the command
+	// has exited, so that only redlock's death sends it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	w := startWatcher(r.stderr)
+	defer w.done()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(r.stderr, "redlock run: cannot run %q: %v\n", r.command[0], err)
 		r.release(lock, false)
@@ -246,6 +255,7 @@ func (r *runner) run(nodes []node) int {
 		return exitCannotRun
 	}
 	group := cmd.Process.Pid
+	w.watch(group)
 
 	// Keep the lock while the command runs; pass signals on to it.
 	ctx, stop := context.WithCancel(context.Background())
@@ -285,6 +295,7 @@ func (r *runner) run(nodes []node) int {
 			stopGroup(group, r.killGrace)
 		}
 	}
+	w.done() // nothing of the group runs any more
 	close(exited)
 	stop()
 	<-k.done
