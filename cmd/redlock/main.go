@@ -140,8 +140,12 @@ const usageStatus = `Usage: redlock status [flags] RESOURCE...
 
 Shows, for each resource and node: whether the node holds it and by which
 value, the ttl left, and the resource's fencing counter; then whether a
-majority holds it by one value. Exits 0 when it could ask a majority of the
-nodes, 69 otherwise, and 2 for a usage error.
+majority holds it by one value. A node that did not answer (or whose key is not
+a lock) is "unknown", never free: the verdict is HELD, NOT HELD (no quorum can
+hold one value, whatever the unknown nodes hold), FREE (every node answered and
+none holds it), or UNKNOWN (the unknown nodes could make a quorum). Exits 0
+when a majority answered and every verdict is certain, 69 otherwise, and 2 for
+a usage error.
 
 Flags:
 `

@@ -510,21 +510,51 @@ func TestStatus(t *testing.T) {
 	assert.True(t, states[0].Held)
 	assert.Equal(t, value, states[0].Value)
 	assert.Equal(t, uint64(2), states[0].Counter)
+	assert.Equal(t, "held", states[0].Verdict)
 	for _, n := range states[0].Nodes {
-		assert.True(t, n.Held)
+		if assert.NotNil(t, n.Held) {
+			assert.True(t, *n.Held)
+		}
+		assert.Equal(t, "held", n.State)
 		assert.Positive(t, n.TTLms)
 	}
+
+	// Two of three nodes stopped while they hold it: nobody can say that
+	// a quorum does not hold it.
+	c.Nodes[1].Pause()
+	c.Nodes[2].Pause()
+	r = c.run(t, "status", "--json", "report")
+	assert.Equal(t, exitUnavailable, r.code, r.stderr)
+	states = nil
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &states))
+	assert.Equal(t, "unknown", states[0].Verdict)
+	assert.False(t, states[0].Held)
+	assert.Nil(t, states[0].Nodes[1].Held, "a node that did not answer is neither held nor free: %s", r.stdout)
+	assert.Equal(t, "unknown", states[0].Nodes[2].State)
+	r = c.run(t, "status", "report")
+	assert.Contains(t, r.stdout, "UNKNOWN: 2 of 3 nodes could not say")
+	c.Nodes[1].Resume()
+	c.Nodes[2].Resume()
 	require.NoError(t, holder.Wait())
+
+	// A key of another type is not a free lock.
+	require.NoError(t, c.Peek[0].HSet(context.Background(), "hashkey", "f", "v").Err())
+	r = c.run(t, "status", "hashkey")
+	assert.Zero(t, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "not a lock (WRONGTYPE)")
+	assert.Contains(t, r.stdout, "NOT HELD by a quorum", "two free nodes and one that cannot say: no quorum holds it")
 
 	// A node down: shown, and still a verdict from the others.
 	c.Nodes[2].Kill()
 	r = c.run(t, "status", "report")
 	assert.Zero(t, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "no answer")
+	assert.Contains(t, r.stdout, "unknown")
+	assert.Contains(t, r.stdout, "NOT HELD by a quorum")
 	c.Nodes[1].Kill()
 	r = c.run(t, "status", "report")
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "only 1 of 3 nodes answered")
+	assert.Contains(t, r.stdout, "UNKNOWN", "1 free node of 3 cannot say it is free")
 }
 
 // No message, log line or JSON field shows a password from a node URL: a
