@@ -104,7 +104,7 @@
 // ctx ended the call. A quorum lost to node failures matches none of them.
 // Failures of Acquire, Extend and Release are [*ExecutionError] values whose
 // text says what happened ("held by another lock on 2 of 3 nodes (quorum
-// 2)", "no quorum: ...; node 2: no answer within 100ms (WithNodeTimeout)"),
+// 2)", "no quorum: ...; node 2 (10.0.0.3:6379): no answer within 100ms (WithNodeTimeout)"),
 // with every attempt's [ExecutionStats]: which nodes voted for, and each vote
 // against as a [*NodeError]. Error replies that retrying cannot fix (NOAUTH,
 // WRONGPASS, NOPERM, a script refused by an ACL, WRONGTYPE, CROSSSLOT, an

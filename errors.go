@@ -98,14 +98,28 @@ func (e *ResourceLockedError) Unwrap() error {
 // *ResourceLockedError, a Redis or network error, or a [*NodeTimeoutError]).
 // It is what the handler given to [WithErrorHandler] receives.
 type NodeError struct {
-	Node int
+	Node int // the node's index into the clients given to New
+	// Addr names the node for people: its address as its client has it
+	// ("host:port", with "/db" for a database other than 0; a Cluster's
+	// seed addresses, "sentinel failover group" for a FailoverClient),
+	// never a password.
+	Addr string
 	Op   Op
 	Err  error
 }
 
 // Error implements the error interface.
 func (e *NodeError) Error() string {
-	return fmt.Sprintf("redlock: %s on node %d: %v", e.Op, e.Node, e.Err)
+	return fmt.Sprintf("redlock: %s on %s: %v", e.Op, e.node(), e.Err)
+}
+
+// node names the node: "node 1 (127.0.0.1:7001)", or "node 1" when its
+// address is not known.
+func (e *NodeError) node() string {
+	if e.Addr == "" {
+		return fmt.Sprintf("node %d", e.Node)
+	}
+	return fmt.Sprintf("node %d (%s)", e.Node, e.Addr)
 }
 
 // Unwrap returns the node's error.
@@ -221,7 +235,7 @@ func (e *ExecutionError) Error() string {
 			errors.Is(v.Err, context.Canceled) || errors.Is(v.Err, context.DeadlineExceeded) {
 			continue
 		}
-		fmt.Fprintf(&b, "; node %d: %v", v.Node, v.Err)
+		fmt.Fprintf(&b, "; %s: %v", v.node(), v.Err)
 	}
 	return b.String()
 }
@@ -327,7 +341,7 @@ func refused(err error) *refusal {
 func refusalError(ne *NodeError, count, n int, against []*NodeError) *ExecutionError {
 	rf := refused(ne.Err)
 	e := &ExecutionError{refusal: ne, against: against,
-		reason: fmt.Sprintf("refused by %d of %d nodes, which retrying cannot fix: node %d answered %q: %s", count, n, ne.Node, ne.Err.Error(), rf.what)}
+		reason: fmt.Sprintf("refused by %d of %d nodes, which retrying cannot fix: %s answered %q: %s", count, n, ne.node(), ne.Err.Error(), rf.what)}
 	if rf.badInput {
 		e.sentinel = ErrInvalidArgument
 	}

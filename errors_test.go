@@ -52,7 +52,7 @@ func TestRefusalsEndTheCallAtOnce(t *testing.T) {
 		key    string
 		want   []string // in the text
 	}{
-		{"NOAUTH", nodes[0], nil, "k", []string{`node 0 answered "NOAUTH`, "set Password"}},
+		{"NOAUTH", nodes[0], nil, "k", []string{`node 0 (` + nodes[0].Addr() + `) answered "NOAUTH`, "set Password"}},
 		{"WRONGPASS", nodes[0], &redis.Options{Password: "wrong"}, "k", []string{"WRONGPASS", "Username or Password is wrong"}},
 		{"NOPERM", nodes[1], &redis.Options{Username: "noeval", Password: "pw"}, "k", []string{"NOPERM", "ACL user may not run", "EVALSHA"}},
 		{"script refused", nodes[1], &redis.Options{Username: "noset", Password: "pw"}, "k", []string{"can't run this command", "ACL user may not run"}},
@@ -127,7 +127,7 @@ func TestUnreachableNodeNamesTheCause(t *testing.T) {
 	down.Kill()
 	cases := map[string]struct{ addr, want string }{
 		"refused":      {addr, "connection refused"},
-		"no such host": {"nosuchhost.invalid:6379", "nosuchhost.invalid"},
+		"no such host": {"nosuchhost.invalid:6379", "lookup nosuchhost.invalid"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -198,7 +198,7 @@ func TestNodeTimeoutNamesItsOption(t *testing.T) {
 	_, err := f.rl.Acquire(context.Background(), []string{"k"}, time.Second)
 	s := onePrefix(t, err)
 	t.Log(s)
-	assert.Contains(t, s, "node 0: no answer within 50ms (WithNodeTimeout)")
+	assert.Contains(t, s, "node 0 ("+f.Nodes[0].Addr()+"): no answer within 50ms (WithNodeTimeout)", "the node is named by its address")
 	assert.Contains(t, s, "no quorum: 0 of 1 nodes voted for, 1 needed")
 }
 

@@ -3,7 +3,9 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +96,7 @@ const (
 // node is one member of the quorum.
 type node struct {
 	index  int
+	addr   string // for people: see NodeError.Addr
 	client redis.UniversalClient
 	// scripts is what the lanes send through: client itself (a test may
 	// put a fake in its place).
@@ -116,11 +119,31 @@ type node struct {
 }
 
 func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration) *node {
-	nd := &node{index: i, client: c, scripts: c}
+	nd := &node{index: i, addr: addrOf(c), client: c, scripts: c}
 	nd.cluster, _ = c.(*redis.ClusterClient)
 	nd.one = &lane{node: nd, owner: owner, base: base}
 	nd.ackOne = &lane{node: nd, owner: owner, base: base}
 	return nd
+}
+
+// addrOf names a node for people (NodeError.Addr): its address, with the
+// database when not 0; a Cluster's seeds; "sentinel failover group".
+// Options hold no password in these fields.
+func addrOf(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		if o.Addr == "FailoverClient" { // go-redis's name: the master is found through the sentinels
+			return "sentinel failover group"
+		}
+		if o.DB != 0 {
+			return fmt.Sprintf("%s/%d", o.Addr, o.DB)
+		}
+		return o.Addr
+	case *redis.ClusterClient:
+		return "cluster " + strings.Join(c.Options().Addrs, ",")
+	}
+	return ""
 }
 
 // script returns the script and arguments that run s on this node: on a
@@ -721,7 +744,7 @@ func (l *lane) finish(c *call, err error) {
 	case err == nil && c.deleted != nil:
 		c.deleted.Store(true)
 	case err != nil && !errors.As(err, &rle): // "not there" is what a partial attempt leaves
-		report(c.cfg, &NodeError{Node: l.node.index, Op: OpRelease, Err: err})
+		report(c.cfg, &NodeError{Node: l.node.index, Addr: l.node.addr, Op: OpRelease, Err: err})
 	}
 }
 

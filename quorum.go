@@ -205,7 +205,7 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	}
 	var ne *NodeError
 	if err != nil {
-		ne = report(as.cfg, &NodeError{Node: i, Op: as.op, Err: err})
+		ne = report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].addr, Op: as.op, Err: err})
 	}
 	as.votes <- vote{node: i, err: ne, acks: acks}
 }

@@ -435,3 +435,17 @@ func TestResends(t *testing.T) {
 	assert.Equal(t, one, rerun(r, gone, one))
 	assert.Equal(t, held, rerun(acq("a", nil), nil, held), "an acquire's second answer stands")
 }
+
+// A node is named for people by its address, never with its password.
+func TestAddrOf(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
+	defer c.Close()
+	assert.Equal(t, "10.0.0.1:6379/2", addrOf(c))
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:7000", "b:7000"}, Password: "pw"})
+	defer cc.Close()
+	assert.Equal(t, "cluster a:7000,b:7000", addrOf(cc))
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:26379"}})
+	defer fc.Close()
+	assert.Equal(t, "sentinel failover group", addrOf(fc))
+	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: addrOf(c), Op: OpAcquire, Err: errors.New("x")}).Error())
+}

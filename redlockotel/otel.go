@@ -176,7 +176,7 @@ func (r *recorder) done(c redlock.CallInfo) {
 
 func (r *recorder) vote(e *redlock.NodeError) {
 	r.against.Add(context.Background(), 1, metric.WithAttributes(dbSystem, attribute.String("redlock.operation", string(e.Op)),
-		attribute.String("redlock.node", strconv.Itoa(e.Node)), attribute.String("error.type", errorType(e.Err))))
+		attribute.String("redlock.node", nodeName(e)), attribute.String("error.type", errorType(e.Err))))
 }
 
 func (r *recorder) wait(w redlock.WaitInfo) {
@@ -231,4 +231,13 @@ func ctxOf(ctx context.Context) context.Context {
 		return context.Background()
 	}
 	return ctx
+}
+
+// nodeName is the redlock.node attribute: the node's address (NodeError.Addr:
+// never a password), or its index when the address is not known.
+func nodeName(e *redlock.NodeError) string {
+	if e.Addr != "" {
+		return e.Addr
+	}
+	return strconv.Itoa(e.Node)
 }

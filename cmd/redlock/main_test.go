@@ -374,6 +374,7 @@ func TestBadInvocations(t *testing.T) {
 	r := c.run(t, "run", "--nodes", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "x", "--", "true")
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "connection refused")
+	assert.Contains(t, r.stderr, "node=127.0.0.1:", "a node is named by its address")
 	assert.Less(t, r.took, 5*time.Second)
 	t.Logf("unreachable nodes: exit %d after %v: %s", r.code, r.took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
 

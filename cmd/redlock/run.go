@@ -326,7 +326,7 @@ func (r *runner) nodeTrouble() func(error) {
 		said[ne.Node] = true
 		mu.Unlock()
 		if first {
-			r.log.Warn("a node failed", "node", ne.Node, "op", ne.Op, "err", ne.Err)
+			r.log.Warn("a node failed", "node", ne.Addr, "op", ne.Op, "err", ne.Err)
 		}
 	}
 }
