@@ -203,3 +203,27 @@ func TestRefusedAndCutMinority(t *testing.T) {
 	}
 	p.Proxies[0].Heal()
 }
+
+// A node whose connections are all refused got nothing of ours: its
+// release is not held for a retry, and Close has nothing to wait for.
+// (Close waited its whole second, and said a release was still waiting.)
+func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	nodes[2].Kill()
+	var clients []redis.UniversalClient
+	for _, nd := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: nd.Addr(), DialerRetries: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	rl, err := redlock.New(clients)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 3 {
+		l, err := rl.Acquire(ctx, []string{"refused"}, time.Minute)
+		require.NoError(t, err)
+		_, err = l.Release(ctx)
+		require.NoError(t, err)
+	}
+	assert.NoError(t, rl.Close(), "nothing waits for a node that refused every connection")
+}

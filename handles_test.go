@@ -6,7 +6,9 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -254,9 +256,9 @@ func TestOverlappingWaitersKeepTheirBudget(t *testing.T) {
 	}
 }
 
-// Item 6: two clients for one server (same address and database) are
-// refused: that node would vote twice. Another database of the same server
-// is a different keyspace, and is accepted.
+// Item 6: two clients for one server (same address) are refused: that node
+// would vote twice. Another database of the same server is refused too: one
+// crash loses every database of a server.
 func TestSameServerTwiceRefused(t *testing.T) {
 	nodes := redistest.Start(t, 2)
 	a := nodes[0].Client()
@@ -264,9 +266,54 @@ func TestSameServerTwiceRefused(t *testing.T) {
 	_, err := redlock.New([]redis.UniversalClient{a, nodes[1].Client(), b})
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "clients[0] and clients[2]")
-	rl, err := redlock.New([]redis.UniversalClient{a, nodes[0].Client(&redis.Options{DB: 1})})
+	_, err = redlock.New([]redis.UniversalClient{a, nodes[0].Client(&redis.Options{DB: 1})})
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument, "another database of one server")
+}
+
+// One server under two names (localhost and 127.0.0.1) votes once: with the
+// only other server stopped, no lock is granted on it alone, and the error
+// names both nodes. (Issue 23: such a list ran a command on one live
+// server.)
+func TestOneServerUnderTwoNamesVotesOnce(t *testing.T) {
+	nodes := redistest.Start(t, 2)
+	port := strings.TrimPrefix(nodes[0].Addr(), "127.0.0.1:")
+	clients := []redis.UniversalClient{
+		nodes[0].Client(),
+		redis.NewClient(&redis.Options{Addr: "localhost:" + port}),
+		nodes[1].Client(),
+	}
+	t.Cleanup(func() { _ = clients[1].Close() })
+	var votes []error
+	var mu sync.Mutex
+	rl, err := redlock.New(clients, redlock.WithRetryCount(2), redlock.WithRetryDelay(10*time.Millisecond),
+		redlock.WithErrorHandler(func(err error) { mu.Lock(); votes = append(votes, err); mu.Unlock() }))
+	require.NoError(t, err, "New cannot know that two names are one server")
+	t.Cleanup(func() { _ = rl.Close() })
+	ctx := context.Background()
+
+	// All up: the lock is granted by nodes 0 (or 1) and 2.
+	l, err := rl.Acquire(ctx, []string{"one"}, time.Minute)
 	require.NoError(t, err)
-	_ = rl.Close()
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	var twin error
+	for _, v := range votes {
+		if errors.Is(v, redlock.ErrInvalidArgument) {
+			twin = v
+		}
+	}
+	mu.Unlock()
+	require.Error(t, twin, "the second name of one server votes against")
+	assert.Contains(t, twin.Error(), "the same server as node")
+	assert.Contains(t, twin.Error(), "a server votes once")
+
+	// The other server stopped: one server is not a majority of three.
+	nodes[1].Kill()
+	_, err = rl.Acquire(ctx, []string{"two"}, time.Minute)
+	require.Error(t, err, "a lock granted by one server under two names")
+	t.Log(err)
+	assert.Contains(t, err.Error(), "the same server as node")
 }
 
 // An Extend to a shorter ttl that fails after its PEXPIREs were sent (its

@@ -116,14 +116,35 @@ type node struct {
 	mu     sync.Mutex
 	shards map[string]*lane // Cluster: by the shard primary's address
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
+
+	// Which server it is (identity.go): servers is the Redlock's record;
+	// identify is set for a node that asks its server's run_id at first
+	// contact, known once it has; twin is set when an earlier node is the
+	// same server: this node's calls then vote against, unsent.
+	servers  *servers
+	identify bool
+	known    atomic.Bool
+	twin     atomic.Pointer[sameServerError]
 }
 
-func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration) *node {
-	nd := &node{index: i, addr: addrOf(c), client: c, scripts: c}
+func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration, s *servers) *node {
+	nd := &node{index: i, addr: addrOf(c), client: c, scripts: c, servers: s, identify: identifies(c)}
 	nd.cluster, _ = c.(*redis.ClusterClient)
 	nd.one = &lane{node: nd, owner: owner, base: base}
 	nd.ackOne = &lane{node: nd, owner: owner, base: base}
 	return nd
+}
+
+// identified records that the node's server has run_id id (see
+// identity.go); when an earlier node is that server, this node becomes its
+// twin, and counts once.
+func (nd *node) identified(id string) {
+	if nd.known.Swap(true) {
+		return
+	}
+	if first := nd.servers.identified(nd, id); first != nil {
+		nd.twin.Store(&sameServerError{node: nd, first: first, id: id})
+	}
 }
 
 // addrOf names a node for people (NodeError.Addr): its address, with the
@@ -233,6 +254,7 @@ type lane struct {
 	parked  int           // detached workers still inside the client
 	probing bool          // half-open: the probe is admitted and not yet answered
 	held    []*call       // releases refused while open, sent when the node answers
+	reached bool          // some call got past dialing the node: a write of ours may be there
 	cause   error         // the client's last network error here, until the node answers: what a timeout may be due to
 	out     time.Time     // when the oldest round still out was sent; zero when none is
 	retry   *time.Timer   // sends a held release as the probe when the lane is idle
@@ -268,6 +290,10 @@ type call struct {
 // submit queues c on l and starts a worker if none runs, or fails c at once
 // when l is open.
 func (l *lane) submit(c *call) {
+	if twin := l.node.twin.Load(); twin != nil && c.at != nil {
+		l.finish(c, twin) // counts once: the earlier node votes for the server
+		return
+	}
 	l.mu.Lock()
 	if err := l.admit(time.Now()); err != nil {
 		dropped := l.hold(c)
@@ -385,13 +411,17 @@ func (l *lane) send(batch []*call) bool {
 		for i, c := range again {
 			first[i] = c.err
 			// A release whose first run deleted every key stays a
-			// success, whatever becomes of its second run.
-			c.settled = c.s.op == OpRelease && c.err == nil
+			// success, whatever becomes of its second run: its watchdog
+			// must not vote it against. (Written only on time: a silent
+			// first round's watchdog may still be reading the batch.)
+			if onTime {
+				c.settled = c.s.op == OpRelease && c.err == nil
+			}
 		}
 		if onTime {
 			onTime = l.round(again, timeout, withSource)
 		} else {
-			runBatch(context.Background(), l.via(again), again, withSource)
+			runBatch(context.Background(), l.via(again), again, withSource, false)
 		}
 		for i, c := range again {
 			c.err = rerun(c, first[i], c.err)
@@ -401,9 +431,10 @@ func (l *lane) send(batch []*call) bool {
 	// What the node said: a reply (even an error reply) shows it alive;
 	// a timeout is its silence; a network error (refused, reset, closed)
 	// is neither: it costs nothing, and opens nothing.
-	spoke, silent := false, false
+	spoke, silent, reached := false, false, false
 	var cause error // a network error: why the node may be silent
 	for _, c := range batch {
+		reached = reached || !undialed(c.err)
 		switch {
 		case c.err != nil && isTimeout(c.err):
 			c.err = &NodeTimeoutError{Timeout: c.timeout, Shard: l.shard, Cause: c.err}
@@ -416,6 +447,7 @@ func (l *lane) send(batch []*call) bool {
 	}
 	var resend, failed []*call
 	l.mu.Lock()
+	l.reached = l.reached || reached
 	switch {
 	case spoke:
 		l.cause = nil
@@ -447,7 +479,10 @@ func (l *lane) send(batch []*call) bool {
 	// send it at once: this one does not touch it again (again[i]).
 	var again []bool
 	for i, c := range batch {
-		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) {
+		// A release to a node that nothing of this lane ever reached (every
+		// connection to it was refused) is not held: no write of ours is
+		// there to delete, and a dead node costs no retry, nor Close's wait.
+		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) && (l.reached || !undialed(c.err)) {
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
@@ -474,9 +509,15 @@ func (l *lane) send(batch []*call) bool {
 	if spoke && l.node.cluster != nil {
 		l.node.mapped.Store(true)
 	}
+	twin := l.node.twin.Load()
 	for i, c := range batch {
 		if again != nil && again[i] {
 			continue // held: finished when sent again
+		}
+		if twin != nil && c.at != nil && c.at.op != OpRelease {
+			// Learnt in this batch: it ran on a server that an earlier
+			// node votes for; its vote is against.
+			c.err = twin
 		}
 		l.finish(c, c.err)
 	}
@@ -591,7 +632,10 @@ func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 			l.silent(calls, timeout)
 		}
 	})
-	runBatch(context.Background(), l.via(calls), calls, how)
+	ask := how == bySHA && l.node.identify && !l.node.known.Load()
+	if id := runBatch(context.Background(), l.via(calls), calls, how, ask); id != "" {
+		l.node.identified(id)
+	}
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
 	l.mu.Lock()
@@ -768,6 +812,13 @@ func isReply(err error) bool {
 	return errors.As(err, &re) && !isTimeout(err)
 }
 
+// undialed reports whether err says that the call never reached the node:
+// its connection could not be made (refused, unresolvable: a dial error).
+func undialed(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial" && !oe.Timeout()
+}
+
 // isTimeout reports whether err says that the node did not answer in time:
 // the batch's deadline (redlock's node timeout, noticed by the client), or
 // the client's own read or write timeout.
@@ -825,7 +876,10 @@ func (l *lane) via(calls []*call) scripter {
 // error, for send to run again withSource. When a call asks for replica
 // acknowledgements, the pipeline ends with WAIT (or WAITAOF), which counts
 // the replicas that took every write before it on the connection.
-func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
+//
+// With ask, the pipeline starts with INFO server, and runBatch returns the
+// server's run_id (see identity.go), or "".
+func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy, ask bool) (id string) {
 	eval := func(s evaler, p *call) *redis.Cmd {
 		if how == withSource {
 			return s.Eval(ctx, p.s.src, p.keys, p.args...)
@@ -833,15 +887,19 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 		return s.EvalSha(ctx, p.s.hash, p.keys, p.args...)
 	}
 	ack := strictest(calls)
-	if len(calls) == 1 && ack == nil {
+	if len(calls) == 1 && ack == nil && !ask {
 		p := calls[0]
 		res, err := eval(c, p).Result()
 		p.err = p.s.judge(res, err, p)
-		return
+		return ""
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	var wait *redis.Cmd
-	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	var info *redis.StringCmd
+	_, perr := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		if ask {
+			info = pipe.Info(ctx, "server")
+		}
 		for i, p := range calls {
 			cmds[i] = eval(pipe, p)
 		}
@@ -852,9 +910,20 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy) {
 	})
 	for i, p := range calls {
 		res, err := cmds[i].Result()
+		if res == nil && err == nil && perr != nil {
+			// Never answered: the pipeline failed before it (a wrong
+			// password refused as the connection was set up), and go-redis
+			// gave the error to the pipeline only. A script always answers
+			// something.
+			err = perr
+		}
 		p.err = p.s.judge(res, err, p)
 	}
 	if ack != nil {
 		judgeAcks(calls, wait)
 	}
+	if info != nil {
+		id = runID(info.Val())
+	}
+	return id
 }

@@ -21,8 +21,9 @@ import (
 type Redlock struct {
 	quorum  // the nodes, and the attempt that runs on them all
 	cfg     *config
-	wake    waker  // subscriptions to release announcements, see WithWakeOnRelease
-	workers flight // every node worker (see node.go)
+	wake    waker   // subscriptions to release announcements, see WithWakeOnRelease
+	workers flight  // every node worker (see node.go)
+	servers servers // which node is which server (see identity.go)
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -32,9 +33,13 @@ type Redlock struct {
 //
 // opts become the defaults of every call. New returns an error matching
 // [ErrInvalidArgument] when clients is empty, holds a nil client, the same
-// client twice, two clients for one server (same address and database; for
-// ClusterClients, a shared seed address), or a *redis.Ring, or when an option
-// is out of range. It sends nothing to Redis.
+// client twice, two clients with the same address (any database: several
+// databases of one server are one server; for ClusterClients, a shared seed
+// address), or a *redis.Ring, or when an option is out of range. It sends
+// nothing to Redis. One server reached by two names (localhost and
+// 127.0.0.1) is found at the first call each node answers, which reads its
+// server's run_id: the later node then votes against, with an error that
+// names both and matches ErrInvalidArgument, so that the server counts once.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
@@ -69,7 +74,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: cfg}
 	r.nodes = make([]*node, len(clients))
 	for i, c := range clients {
-		r.nodes[i] = newNode(i, c, &r.workers, cfg.nodeTimeout)
+		r.nodes[i] = newNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
 	}
 	return r, nil
 }

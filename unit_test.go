@@ -249,9 +249,9 @@ func TestHungFakeNode(t *testing.T) {
 // when the node lacks it.
 func runScript(ctx context.Context, c redis.UniversalClient, s *script, keys []string, args []any) error {
 	cl := &call{s: s, keys: keys, args: args}
-	runBatch(ctx, c, []*call{cl}, bySHA)
+	runBatch(ctx, c, []*call{cl}, bySHA, false)
 	if cl.err != nil && redis.HasErrorPrefix(cl.err, "NOSCRIPT") {
-		runBatch(ctx, c, []*call{cl}, withSource)
+		runBatch(ctx, c, []*call{cl}, withSource, false)
 	}
 	return cl.err
 }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"strings"
 	"time"
@@ -15,8 +14,10 @@ import (
 // value and what to do.
 
 // distinctServers refuses two clients for one server: two *redis.Client
-// with the same address and database, or two ClusterClients that share a
-// seed address. That node would vote twice. (A FailoverClient's address is
+// with the same address (whatever their databases: several databases of
+// one server are one server), or two ClusterClients that share a seed
+// address. Other names of one server are found at first contact
+// (identity.go). That node would vote twice. (A FailoverClient's address is
 // resolved through its sentinels at run time, so it is not compared.)
 func distinctServers(clients []redis.UniversalClient) error {
 	seen := map[string]int{}
@@ -25,7 +26,7 @@ func distinctServers(clients []redis.UniversalClient) error {
 		switch c := c.(type) {
 		case *redis.Client:
 			if o := c.Options(); o.Addr != "FailoverClient" {
-				ids = append(ids, fmt.Sprintf("%s db %d", o.Addr, o.DB))
+				ids = append(ids, o.Addr) // any database: one server votes once
 			}
 		case *redis.ClusterClient:
 			for _, a := range c.Options().Addrs {

@@ -618,3 +618,42 @@ func TestKilledRedlockTakesTheCommandAlong(t *testing.T) {
 	assert.Less(t, gone, ttl, "the command's group outlived the lock")
 	t.Logf("the command's group was gone %v after redlock's SIGKILL (lock ttl %v)", gone.Round(100*time.Microsecond), ttl)
 }
+
+// One server in the node list twice votes once: 127.0.0.1:P and
+// localhost:P are one server, and with the only other server stopped the
+// command does not run. Several databases of one server are refused at
+// once. (Issue 23: it ran the command on one live server.)
+func TestOneServerTwiceInTheNodeList(t *testing.T) {
+	c := newCluster(t)
+	addrs := strings.Split(c.addrs, ",")
+	port := strings.TrimPrefix(addrs[0], "127.0.0.1:")
+	c.Nodes[1].Kill()
+	r := c.run(t, "run", "--nodes", addrs[0]+",localhost:"+port+","+addrs[1], "one", "--", "echo", "ran")
+	assert.Equal(t, exitUnavailable, r.code, "stderr: %s", r.stderr)
+	assert.NotContains(t, r.stdout, "ran")
+	assert.Contains(t, r.stderr, "the same server as node")
+	t.Log(r.stderr)
+
+	r = c.run(t, "run", "--nodes", "redis://"+addrs[0]+"/0,redis://"+addrs[0]+"/1,redis://"+addrs[0]+"/2", "one", "--", "echo", "ran")
+	assert.Equal(t, exitUsage, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, "talk to the same server")
+	assert.Less(t, r.took, 2*time.Second)
+}
+
+// A node that is known dead (its connections are refused) costs a run
+// nothing: no release is held for it, and Close has nothing to wait for.
+// (It added a second to every run: Close waited for the dead node.)
+func TestDeadNodeCostsNothing(t *testing.T) {
+	c := newCluster(t)
+	c.Nodes[2].Kill()
+	for range 3 {
+		r := c.run(t, "run", "dead", "--", "true")
+		assert.Zero(t, r.code, "stderr: %s", r.stderr)
+		assert.Contains(t, r.stderr, "connection refused", "the dead node is said")
+		assert.NotContains(t, r.stderr, "may not have reached", "Close waited for the dead node")
+		t.Logf("took %v: %s", r.took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	}
+	for i := range 2 {
+		assert.Empty(t, c.Get(t, i, "dead"), "node %d", i)
+	}
+}

@@ -75,6 +75,10 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 		o.DialTimeout = max(o.DialTimeout, 2*nodeTimeout)
 		o.ContextTimeoutEnabled = true
 		o.MaxRetries = -1 // redlock retries attempts itself
+		// One dial, not go-redis's five 100ms apart: a node that refuses
+		// the connection is known dead at once, and a run (and Close,
+		// which waits for what is in flight) does not pay for it.
+		o.DialerRetries = 1
 		name := o.Addr
 		if o.DB != 0 {
 			name = fmt.Sprintf("%s/%d", o.Addr, o.DB)

@@ -216,7 +216,11 @@ func (r *runner) run(nodes []node) int {
 		fmt.Fprintf(r.stderr, "redlock run: %v\n", err)
 		return exitUsage
 	}
-	defer rl.Close() // waits for releases still on their way
+	defer func() { // waits for releases still on their way
+		if err := rl.Close(); err != nil {
+			r.log.Warn("a release may not have reached every node", "err", err)
+		}
+	}()
 
 	lock, code := r.acquire(rl, sigs)
 	if lock == nil {
