@@ -57,6 +57,18 @@ type lockLife struct {
 	// granted is when the lock was acquired (the successful attempt's
 	// start), for the observer's hold time. Set before the Lock is shared.
 	granted time.Time
+	// lost is set once the observer was told that the lock was lost: it
+	// is told once, whoever learns it (Extend, Using).
+	lost atomic.Bool
+}
+
+// reportLost tells cfg's observer, once per lock, that it was lost.
+func (lf *lockLife) reportLost(ctx context.Context, cfg *config, resources []string, err error) {
+	obs := cfg.observer
+	if obs == nil || obs.Lost == nil || lf.lost.Swap(true) {
+		return
+	}
+	safely(obs.Lost, LostInfo{Ctx: ctx, Resources: append([]string(nil), resources...), Held: time.Since(lf.granted), Err: err})
 }
 
 // extendedTo records a new handle's expiration.

@@ -27,8 +27,10 @@ type Observer struct {
 	// Done is called when Acquire, Extend or Release (Using's own calls
 	// included) returns.
 	Done func(CallInfo)
-	// Lost is called when Using's lock could not be extended and fn's
-	// context was cancelled.
+	// Lost is called once for each lock the library learns was lost: an
+	// Extend that found it gone from a quorum or its validity over (its
+	// error matches ErrLockExpired), or Using's lock that could not be
+	// extended (fn's context was cancelled).
 	Lost func(LostInfo)
 	// Released is called when a lock was released: a Release that
 	// succeeded.
@@ -85,7 +87,8 @@ type CallInfo struct {
 	Token     uint64 // a fenced Acquire's token
 }
 
-// LostInfo describes a lock that Using could not keep.
+// LostInfo describes a lock that was lost: an Extend found it gone, or Using
+// could not keep it.
 type LostInfo struct {
 	Ctx       context.Context
 	Resources []string

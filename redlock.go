@@ -234,6 +234,10 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	}
 	if o.err != nil {
 		lock.extending.Store(false)
+		if errors.Is(o.err, ErrLockExpired) {
+			// Gone from a quorum, or its validity over: the lock is lost.
+			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
+		}
 		return nil, o.err
 	}
 	lock.extended.Store(true)

@@ -149,9 +149,7 @@ func (e *extender) run(ctx context.Context) {
 			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
 				e.err = &extensionError{err: err}
 				e.cancel(e.err)
-				if obs := e.cfg.observer; obs != nil && obs.Lost != nil {
-					safely(obs.Lost, LostInfo{Ctx: ctx, Resources: e.lock.Resources(), Held: time.Since(e.lock.life.granted), Err: err})
-				}
+				e.lock.life.reportLost(ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
 				return
 			}
 			// Node failures used up a retry window, but the lock is still

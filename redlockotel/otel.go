@@ -119,7 +119,7 @@ func New(opts ...Option) (*redlock.Observer, error) {
 		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800))
 	add(err)
 	r.lost, err = m.Int64Counter("redlock.locks.lost", metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks that Using could not keep while fn ran"))
+		metric.WithDescription("Locks found lost: an Extend that found the lock gone, or Using's lock that could not be extended while fn ran"))
 	add(err)
 	r.waits, err = m.Int64Counter("redlock.waits", metric.WithUnit("{wait}"),
 		metric.WithDescription("Pauses between attempts, by what ended them"))
@@ -127,6 +127,7 @@ func New(opts ...Option) (*redlock.Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	r.zeros()
 	return &redlock.Observer{
 		Done:     r.done,
 		Vote:     r.vote,
@@ -135,6 +136,29 @@ func New(opts ...Option) (*redlock.Observer, error) {
 		Released: r.released,
 		Using:    r.using,
 	}, nil
+}
+
+// zeros creates the counters' series at zero, so that an alert on "any
+// increase" sees the first lost lock, the first contention and the first
+// node failure: a series that appears with its first event has no increase
+// to see. (Series labelled by a resource, with WithResourceAttribute, and by
+// node, for votes against, appear with their first event: their labels are
+// not known before.)
+func (r *recorder) zeros() {
+	if r.cfg.resource != nil {
+		return
+	}
+	ctx := context.Background()
+	for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpExtend, redlock.OpRelease} {
+		for _, o := range []redlock.Outcome{redlock.OutcomeOK, redlock.OutcomeContention, redlock.OutcomeExpired,
+			redlock.OutcomeCanceled, redlock.OutcomeInvalid, redlock.OutcomeNodeFailure} {
+			r.calls.Add(ctx, 0, metric.WithAttributes(dbSystem, attribute.String("redlock.operation", string(op)), attribute.String("redlock.outcome", string(o))))
+		}
+	}
+	r.lost.Add(ctx, 0, metric.WithAttributes(dbSystem))
+	for _, woken := range []bool{false, true} {
+		r.waits.Add(ctx, 0, metric.WithAttributes(dbSystem, attribute.Bool("redlock.woken", woken)))
+	}
 }
 
 // attrs returns the attributes every point and span gets.

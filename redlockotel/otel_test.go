@@ -163,3 +163,46 @@ func histogramCount(t *testing.T, rm metricdata.ResourceMetrics, name string) ui
 	}
 	return n
 }
+
+// Every counter's series exists at zero before its first event, so that an
+// alert on any increase sees the first lost lock; and an Extend that finds
+// the lock gone counts as a lost lock, once. (Issue 23: after two healthy
+// scrapes redlock_locks_lost_total did not exist, and only Using's losses
+// were counted.)
+func TestCountersStartAtZeroAndExtendsCountLosses(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	obs, err := redlockotel.New(redlockotel.WithMeterProvider(mp))
+	require.NoError(t, err)
+	ctx := context.Background()
+	collect := func() metricdata.ResourceMetrics {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		return rm
+	}
+	rm := collect()
+	lost := sumsBy(t, rm, "redlock.locks.lost")
+	require.Contains(t, lost, "", "the lost-locks series exists before any loss")
+	assert.Zero(t, lost[""])
+	ops := sumsBy(t, rm, "redlock.operations", "redlock.operation", "redlock.outcome")
+	for _, k := range []string{"acquire/contention", "acquire/node_failure", "extend/expired", "release/node_failure"} {
+		require.Contains(t, ops, k)
+		assert.Zero(t, ops[k], k)
+	}
+	assert.Contains(t, sumsBy(t, rm, "redlock.waits", "redlock.woken"), "true")
+
+	f := redistest.New(t, redistest.Setup{Nodes: 3})
+	rl, err := redlock.New(f.Clients, redlock.WithObserver(obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	l, err := rl.Acquire(ctx, []string{"gone"}, 10*time.Second)
+	require.NoError(t, err)
+	for _, c := range f.Peek {
+		require.NoError(t, c.Del(ctx, "gone").Err())
+	}
+	for range 2 { // told once, however often the handle is tried
+		_, err = l.Extend(ctx, 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrLockExpired)
+	}
+	assert.Equal(t, int64(1), sumsBy(t, collect(), "redlock.locks.lost")[""], "an Extend that found the lock gone")
+}

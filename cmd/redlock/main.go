@@ -22,6 +22,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
 )
 
 // The exit codes, besides the command's own.
@@ -55,6 +58,9 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return statusVerb(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return helpVerb(rest, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version())
+		return 0
 	case watchVerbName:
 		return watchVerb()
 	default:
@@ -90,11 +96,15 @@ Usage:
   redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
   redlock status [flags] RESOURCE...
   redlock help [VERB]
+  redlock version
 
 Verbs:
   run      acquire the lock, run the command while extending the lock, release it
   status   show, node by node, who holds each resource, its ttl and its fencing counter
   help     show this, or a verb's flags and exit codes
+  version  show the version of redlock and of Go it was built with
+
+Durations are seconds (5, 0.5) or Go durations (30s, 1m30s, 500ms).
 
 The nodes come from --nodes or REDLOCK_NODES: comma-separated host:port or
 redis:// / rediss:// URLs (user, password, db, TLS), one per independent node.
@@ -124,6 +134,12 @@ If redlock itself is killed (SIGKILL, the OOM killer), the command's process
 group is killed with it: on Linux the kernel sends the command SIGKILL at once,
 and a small watcher process kills the rest of its group. Only a process that
 left the group (setsid) can outlive redlock.
+
+Waiting: by default (--wait 0) a run that finds the lock held exits 75 at once,
+where flock, consul lock and etcdctl lock wait. redlock is made for jobs that
+many replicas or cron start at once, where "another one runs it" means "skip":
+waiting by default would run the job again after the first one, once per
+replica. Give --wait 5m (or forever) to queue behind the holder.
 
 Exit codes:
   the command's own   it ran and exited (128+n when signal n killed it)
@@ -159,4 +175,22 @@ func (r redacting) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// version is the module's version and the Go release redlock was built with.
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return "redlock " + v + " (" + runtime.Version() + ")"
+}
+
+// plain is err's text for a person at a shell: without the library's
+// "redlock: " prefix (the command says its own), and with a password hint
+// in URL terms rather than Go options.
+func plain(err error) string {
+	s := strings.ReplaceAll(err.Error(), "redlock: ", "")
+	return strings.ReplaceAll(s, "set Password (and Username, for an ACL user) in the client's options",
+		"give it in the node's URL: redis://:PASSWORD@host:6379 (redis://USER:PASSWORD@host:6379 for an ACL user)")
 }

@@ -350,6 +350,11 @@ func TestBadInvocations(t *testing.T) {
 		{"node timeout given above ttl/4", true, []string{"run", "--ttl", "1s", "--node-timeout", "500ms", "x", "--", "true"}, exitUsage, "at most ttl/4 (250ms): lower it, raise --ttl, or leave it out"},
 		{"unknown flag", true, []string{"run", "--bogus", "x", "--", "true"}, exitUsage, "flag provided but not defined: -bogus"},
 		{"status node timeout not positive", true, []string{"status", "--node-timeout", "0s", "x"}, exitUsage, "--node-timeout 0s is not positive"},
+		{"URL missing its colon", false, []string{"run", "--nodes", "redis//h:6379", "x", "--", "true"}, exitUsage, "is not a host name or address"},
+		{"port out of range", false, []string{"run", "--nodes", "127.0.0.1:99999", "x", "--", "true"}, exitUsage, `port "99999" is not a port`},
+		{"empty command name", true, []string{"run", "x", "--", ""}, exitUsage, "the COMMAND's name is empty"},
+		{"status has no -verbose", true, []string{"status", "-verbose", "x"}, exitUsage, "flag provided but not defined: -verbose"},
+		{"bad seconds", true, []string{"run", "--wait", "5x", "x", "--", "true"}, exitUsage, "not a duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r result
@@ -656,4 +661,59 @@ func TestDeadNodeCostsNothing(t *testing.T) {
 	for i := range 2 {
 		assert.Empty(t, c.Get(t, i, "dead"), "node %d", i)
 	}
+}
+
+// The conventions of a command-line tool: a version; durations in plain
+// seconds; flags after the resources of status; errors said once, with a
+// hint in command-line terms.
+func TestCommandLineConventions(t *testing.T) {
+	c := newCluster(t)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := c.run(t, args...)
+		assert.Zero(t, r.code, "%v", args)
+		assert.Regexp(t, `^redlock \S+ \(go1\.`, r.stdout, "%v", args)
+	}
+
+	r := c.run(t, "run", "--wait", "5", "--ttl", "30", "--kill-grace", "0.5", "secs", "--", "true")
+	assert.Zero(t, r.code, "durations in seconds: %s", r.stderr)
+
+	r = c.run(t, "status", "secs", "--json")
+	assert.Zero(t, r.code, r.stderr)
+	var states []resourceState
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &states), "--json after the resource: %s", r.stdout)
+	require.Len(t, states, 1)
+	assert.Equal(t, "secs", states[0].Resource)
+
+	// A node that wants a password: the hint is a URL, and "redlock:" is
+	// said once.
+	require.NoError(t, c.Peek[0].ConfigSet(context.Background(), "requirepass", "pw").Err())
+	require.NoError(t, c.Peek[1].ConfigSet(context.Background(), "requirepass", "pw").Err())
+	r = c.run(t, "run", "pw", "--", "true")
+	assert.Equal(t, exitUnavailable, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "redis://:PASSWORD@host:6379")
+	assert.NotContains(t, r.stderr, "client's options")
+	assert.NotContains(t, r.stderr, "redlock run: redlock:")
+	t.Log(r.stderr)
+}
+
+// A lock lost because the nodes stopped answering says so: the command
+// gets SIGTERM before the validity ends, and the message names the cause,
+// not only the last attempt's deadline.
+func TestLostLockToSilentNodesSaysSo(t *testing.T) {
+	c := newCluster(t)
+	cmd := c.command("run", "--ttl", "2s", "--kill-grace", "300ms", "silent", "--", "sleep", "30")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	c.heldEverywhere(t, "silent")
+	c.Nodes[1].Pause()
+	c.Nodes[2].Pause()
+	t.Cleanup(c.Nodes[1].Resume)
+	t.Cleanup(c.Nodes[2].Resume)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, exitLost, ee.ExitCode(), errb.String())
+	assert.Contains(t, errb.String(), "did not extend it before its validity ran short")
+	t.Log(errb.String())
 }

@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,8 +37,30 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodes, "nodes", "",
 		"comma-separated `host:port` or redis:// / rediss:// URLs, one per independent node (default: $REDLOCK_NODES)")
-	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "how long to wait for one node's answer (default 500ms; for run, at most ttl/4: ttl/4 when the ttl is below 2s)")
-	fs.BoolVar(&c.verbose, "verbose", false, "log acquire, extend, release and lost-lock lines to stderr")
+	fs.Var((*seconds)(&c.nodeTimeout), "node-timeout", "how long to wait for one node's answer, a `duration` (default 500ms; for run, at most ttl/4: ttl/4 when the ttl is below 2s)")
+}
+
+// seconds is a duration flag that also takes a plain number of seconds, as
+// flock's -w 0.5 and sleep 5 do: "5" is 5s, "0.5" is 500ms, "30s" and
+// "1m30s" are what they say.
+type seconds time.Duration
+
+func (d *seconds) String() string { return time.Duration(*d).String() }
+
+func (d *seconds) Set(s string) error {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > math.MaxInt64/float64(time.Second) {
+			return fmt.Errorf("not a duration: %q seconds is out of range", s)
+		}
+		*d = seconds(time.Duration(f * float64(time.Second)))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration: give seconds (5, 0.5) or a Go duration (30s, 1m30s, 500ms)")
+	}
+	*d = seconds(v)
+	return nil
 }
 
 // node is one node's client and the name to show for it.
@@ -72,6 +97,9 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 			}
 			o = &redis.Options{Addr: a}
 		}
+		if err := checkAddr(o.Addr); err != nil {
+			return nil, fmt.Errorf("node %q: %v", redact(a), err)
+		}
 		o.DialTimeout = max(o.DialTimeout, 2*nodeTimeout)
 		o.ContextTimeoutEnabled = true
 		o.MaxRetries = -1 // redlock retries attempts itself
@@ -88,6 +116,23 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 	return nodes, nil
 }
 
+// checkAddr refuses an address that no server can have: a host with a
+// slash (a URL missing its ':', such as redis//host:6379) or a port outside
+// 1-65535.
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not host:port (%v)", err)
+	}
+	if host == "" || strings.ContainsAny(host, "/@ ") {
+		return fmt.Errorf("host %q is not a host name or address (a URL starts with redis:// or rediss://)", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a port (1-65535)", port)
+	}
+	return nil
+}
+
 // credentials is the user information of a URL (user, password, or both):
 // from "://" to the "@" before the host.
 var credentials = regexp.MustCompile(`://[^/@\s]*@`)
@@ -96,7 +141,12 @@ var credentials = regexp.MustCompile(`://[^/@\s]*@`)
 // "xxxxx": a node list or an error that quotes one never shows a password
 // (go-redis reads a lone user name as the password, so all of it goes).
 func redact(s string) string {
-	return credentials.ReplaceAllString(s, "://xxxxx@")
+	return credentials.ReplaceAllStringFunc(s, func(c string) string {
+		if c == "://:PASSWORD@" || c == "://USER:PASSWORD@" {
+			return c // redlock's own hints, not a password
+		}
+		return "://xxxxx@"
+	})
 }
 
 func closeNodes(nodes []node) {

@@ -43,10 +43,11 @@ func (w *waitFlag) Set(s string) error {
 		w.forever, w.d = true, 0
 		return nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("not a duration (such as 0, 30s, 5m) nor \"forever\"")
+	var sd seconds
+	if err := sd.Set(s); err != nil {
+		return fmt.Errorf("not a duration (seconds such as 0 or 5, or 30s, 5m) nor \"forever\"")
 	}
+	d := time.Duration(sd)
 	if d < 0 {
 		return fmt.Errorf("negative: give 0 to try once, a duration, or \"forever\"")
 	}
@@ -69,11 +70,13 @@ func runFlagSet(out io.Writer) (*flag.FlagSet, *runFlags) {
 	fs := newFlagSet("run", usageRun, out)
 	f := &runFlags{}
 	f.register(fs)
-	fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "the lock's ttl; the lock is extended while the command runs")
-	fs.Var(&f.wait, "wait", "how long to wait for the lock, a `duration`: 0 tries once, \"forever\" waits until it is free (default 0)")
+	fs.BoolVar(&f.verbose, "verbose", false, "log acquire, extend, release and lost-lock lines to stderr")
+	f.ttl = 30 * time.Second
+	fs.Var((*seconds)(&f.ttl), "ttl", "the lock's ttl, a `duration` (seconds, or 30s, 5m); the lock is extended while the command runs (default 30s)")
+	fs.Var(&f.wait, "wait", "how long to wait for the lock, a `duration` (seconds, or 30s, 5m): 0 tries once, \"forever\" waits until it is free (default 0: see Waiting)")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "the exit code when the lock is held by another and the wait ended")
 	fs.BoolVar(&f.fencing, "fencing", false, "acquire with a fencing token, given to the command as REDLOCK_TOKEN")
-	fs.DurationVar(&f.killGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL to the command when the lock is lost (default ttl/4, at most ttl/2)")
+	fs.Var((*seconds)(&f.killGrace), "kill-grace", "time between SIGTERM and SIGKILL to the command when the lock is lost, a `duration` (default ttl/4, at most ttl/2)")
 	return fs, f
 }
 
@@ -172,6 +175,8 @@ func parseRun(fs *flag.FlagSet, args []string) (resources, command []string, cod
 		return nil, nil, usageError(fs, stderr, "more than one RESOURCE argument (%q): join resources with commas, and put the command after --", positional)
 	case len(cmdArgs) == 0:
 		return nil, nil, usageError(fs, stderr, "no COMMAND: give it after --, such as -- /usr/local/bin/nightly-report --full")
+	case strings.TrimSpace(cmdArgs[0]) == "":
+		return nil, nil, usageError(fs, stderr, "the COMMAND's name is empty: give a program after --, such as -- /usr/local/bin/nightly-report")
 	}
 	for i, res := range strings.Split(positional[0], ",") {
 		if res == "" {
@@ -213,7 +218,7 @@ func (r *runner) run(nodes []node) int {
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
 		redlock.WithErrorHandler(r.nodeTrouble()))
 	if err != nil {
-		fmt.Fprintf(r.stderr, "redlock run: %v\n", err)
+		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
 		return exitUsage
 	}
 	defer func() { // waits for releases still on their way
@@ -386,10 +391,10 @@ func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.L
 		r.log.Info("held by another lock", "resources", r.resources, "err", err)
 		return nil, r.conflict
 	case errors.Is(err, redlock.ErrInvalidArgument):
-		fmt.Fprintf(r.stderr, "redlock run: %v\n", err)
+		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
 		return nil, exitUsage
 	}
-	fmt.Fprintf(r.stderr, "redlock run: %v\n", err)
+	fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
 	return nil, exitUnavailable
 }
 
@@ -408,7 +413,7 @@ func (r *runner) release(lock *redlock.Lock, lost bool) {
 	case lost && errors.Is(err, redlock.ErrLockExpired):
 	default:
 		r.log.Warn("release failed on a quorum; the deletes are sent again until redlock exits, and the lock expires by then at the latest",
-			"expires", expires.Format(time.RFC3339Nano), "err", err)
+			"expires", expires.Format(time.RFC3339Nano), "err", plain(err))
 	}
 }
 
@@ -464,7 +469,7 @@ func (k *keeper) run(ctx context.Context) {
 				k.stop(err)
 				return
 			}
-			k.log.Info("extension failed; trying again", "err", err)
+			k.log.Info("extension failed; trying again", "err", plain(err))
 			if !sleep(ctx, min(200*time.Millisecond, time.Until(signalAt))) {
 				return
 			}
@@ -476,8 +481,14 @@ func (k *keeper) run(ctx context.Context) {
 // the grace period unless it has exited.
 func (k *keeper) stop(err error) {
 	close(k.lost)
-	fmt.Fprintf(k.stderr, "redlock run: the lock on %s was lost while the command ran; sending it SIGTERM, and SIGKILL in %v: %v\n",
-		strings.Join(k.resources, ","), k.killGrace, err)
+	why := "another holder has it, or it expired"
+	if !errors.Is(err, redlock.ErrLockExpired) {
+		// Extensions kept failing until the command had to be told: say
+		// so, not only the last attempt's deadline.
+		why = "a quorum of nodes did not extend it before its validity ran short (the nodes stopped answering in time)"
+	}
+	fmt.Fprintf(k.stderr, "redlock run: the lock on %s was lost while the command ran: %s; sending it SIGTERM, and SIGKILL in %v; last extension: %s\n",
+		strings.Join(k.resources, ","), why, k.killGrace, plain(err))
 	_ = syscall.Kill(-k.group, syscall.SIGTERM)
 	go func() {
 		defer close(k.killed)

@@ -66,13 +66,25 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 	}
 	fs, c, asJSON := statusFlagSet(stderr)
 	short(fs, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	// Flags may come after the resources too (redlock status x --json).
+	var resources []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return exitUsage
 		}
-		return exitUsage
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] == "--" {
+			resources = append(resources, rest[1:]...)
+			break
+		}
+		resources, rest = append(resources, rest[0]), rest[1:]
 	}
-	resources := fs.Args()
 	if len(resources) == 0 {
 		return usageError(fs, stderr, "no RESOURCE: name the resources to show")
 	}

@@ -23,7 +23,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/redlockotel"
@@ -46,9 +48,16 @@ func run(addrList, listen string, workers int) error {
 	if err != nil {
 		return err
 	}
-	obs, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))),
-		// resources are "job:<n>": one label value for them all
-		redlockotel.WithResourceAttribute(func(res []string) string { return strings.SplitN(res[0], ":", 2)[0] }))
+	// The service's name goes on every metric (target_info, and the
+	// job label when scraped), not unknown_service.
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", "redlock-example")))
+	if err != nil {
+		return err
+	}
+	// No resource label (WithResourceAttribute): then every counter's
+	// series exists at zero from the start, and an alert on its first
+	// increase sees the first lost lock.
+	obs, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))))
 	if err != nil {
 		return err
 	}
@@ -95,7 +104,11 @@ func run(addrList, listen string, workers int) error {
 	http.Handle("/metrics", promhttp.Handler())
 	srv := &http.Server{Addr: listen}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
-	log.Printf("%d workers contending for 3 locks; metrics on http://localhost%s/metrics", workers, listen)
+	host := listen
+	if strings.HasPrefix(host, ":") {
+		host = "localhost" + host
+	}
+	log.Printf("%d workers contending for 3 locks; metrics on http://%s/metrics", workers, host)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
