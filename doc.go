@@ -37,6 +37,14 @@
 //     own slots), plus the waker subscriptions that were already connecting
 //     when it went silent (none starts once it is seen to be silent); they
 //     end when the node answers or the client times out. A caller that gives up early never makes a healthy node look sick.
+//   - One server votes once: New refuses two clients with one address
+//     (several databases of one server included), and each plain node
+//     reads its server's run_id at first contact, so that a server reached
+//     under a second name (localhost and 127.0.0.1) votes against, with an
+//     error naming both nodes, rather than making a majority of one.
+//   - A node that lacks a script (NOSCRIPT, after a restart, SCRIPT FLUSH or
+//     a first use) runs the calls of a batch in their order all the same:
+//     a release never runs before the acquire it releases.
 //   - An attempt that reaches a quorum only after the lock's validity has
 //     passed is a failure, and is cleaned up.
 //   - A failed acquire attempt releases what it wrote before the next one,
