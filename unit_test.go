@@ -449,3 +449,16 @@ func TestAddrOf(t *testing.T) {
 	assert.Equal(t, "sentinel failover group", addrOf(fc))
 	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: addrOf(c), Op: OpAcquire, Err: errors.New("x")}).Error())
 }
+
+// Using's extender never starts an extension once fn has returned (stop
+// closed), even when its timer has fired too: select picks at random among
+// ready cases, so wait checks stop again.
+func TestExtenderWaitHonoursStop(t *testing.T) {
+	e := &extender{stop: make(chan struct{})}
+	close(e.stop)
+	for range 1000 {
+		require.False(t, e.wait(time.Nanosecond), "an extension after fn returned")
+	}
+	e = &extender{stop: make(chan struct{})}
+	assert.True(t, e.wait(time.Nanosecond), "fn still runs: the extension is due")
+}

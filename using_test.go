@@ -209,43 +209,55 @@ func TestUsingPanic(t *testing.T) {
 }
 
 // No extension starts after fn returns (node-redlock leaks a timer that
-// extends the released lock and aborts its signal afterwards). When fn
-// returns, no extension starts: every extension attempt began
-// before fn returned (Using waits for one under way), and the release
-// follows it on every node, so no node holds the lock after Using returns.
-// (A call returns at quorum: a node slower than the quorum may receive its
-// part of an extension after Using has returned, but before the release,
-// which takes the same lane, and an extension never brings a deleted key
-// back. Counting the commands a client sends after Using returned counted
-// those, and failed once in two suite runs.)
+// extends the released lock and aborts its signal afterwards). Using learns
+// that fn returned when fn's call returns to it: an extension that Using's
+// extender began before that is waited for, and the release follows it.
+//
+//   - fn returns 100ms before the first extension is due: no extension
+//     attempt is made at all (a timer that fired after fn returned would
+//     make one).
+//   - fn returns right when the first extension is due: every extension
+//     attempt began before the release did (none after it, as node-redlock's
+//     timer did), and no node holds the lock after Using returned.
+//
+// (Counting the commands a client sends after Using returned counted a
+// straggler's part of an extension begun before, and failed once in two
+// suite runs; comparing an attempt's start with a clock read in fn's last
+// statement failed by 7µs: the extender may begin in the moment between
+// that statement and Using seeing fn return.)
 func TestUsingNoExtensionAfterReturn(t *testing.T) {
 	var mu sync.Mutex
-	var extends []time.Time // the start of each extension attempt
+	var extends, releases []time.Time // the start of each extension and release attempt
 	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
-		if a.Op == redlock.OpExtend {
-			mu.Lock()
+		mu.Lock()
+		defer mu.Unlock()
+		switch a.Op {
+		case redlock.OpExtend:
 			extends = append(extends, a.Stats.Start)
-			mu.Unlock()
+		case redlock.OpRelease:
+			releases = append(releases, a.Stats.Start)
 		}
 	}}
 	c := newNodes(t, 3, redlock.WithObserver(obs))
-	var fnCtx context.Context
-	var returned time.Time
-	for round := range 5 {
+	due := usingTTL - 150*time.Millisecond // the extension threshold is 150ms
+	for round, ret := range []time.Duration{due - 100*time.Millisecond, due - 8*time.Millisecond, due - 8*time.Millisecond, due - 4*time.Millisecond, due} {
+		var fnCtx context.Context
 		err := c.rl.Using(context.Background(), []string{"{redlock}na"}, usingTTL, func(ctx context.Context) error {
 			fnCtx = ctx
-			// Return right when the first extension is due.
-			time.Sleep(usingTTL - 150*time.Millisecond - 8*time.Millisecond)
-			returned = time.Now()
+			time.Sleep(ret)
 			return nil
 		}, usingOpts...)
 		require.NoError(t, err)
-		time.Sleep(usingTTL)
+		time.Sleep(usingTTL) // a leaked timer would fire meanwhile
 		mu.Lock()
-		for _, start := range extends {
-			assert.True(t, start.Before(returned), "round %d: an extension began %v after fn returned", round, start.Sub(returned))
+		if round == 0 {
+			assert.Empty(t, extends, "fn returned 100ms before the first extension was due")
 		}
-		extends = extends[:0]
+		require.NotEmpty(t, releases, "round %d", round)
+		for _, start := range extends {
+			assert.True(t, start.Before(releases[0]), "round %d: an extension began %v after the release", round, start.Sub(releases[0]))
+		}
+		extends, releases = extends[:0], releases[:0]
 		mu.Unlock()
 		for i := range 3 {
 			assert.Empty(t, c.Get(t, i, "{redlock}na"), "round %d: node %d holds the lock after Using returned", round, i)
