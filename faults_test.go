@@ -227,3 +227,36 @@ func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
 	}
 	assert.NoError(t, rl.Close(), "nothing waits for a node that refused every connection")
 }
+
+// A node that got a lock's acquire on its one open connection and then
+// refuses new ones (the acquire's reply lost, the host gone away) may hold
+// the lock: its release is kept and sent again when it comes back, though
+// every connection it was offered meanwhile was refused. (Found by a probe:
+// the release, refused while the acquire's round was still out, was given
+// up as if nothing had ever reached the node; the lock stayed there.)
+func TestReleaseToANodeReachedByAnOpenConnectionIsKept(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	px := redistest.NewProxy(t, nodes[0].Addr())
+	x := redis.NewClient(&redis.Options{Addr: px.Addr(), DialerRetries: 1, MaxRetries: -1, ReadTimeout: -1})
+	t.Cleanup(func() { _ = x.Close() })
+	ctx := context.Background()
+	require.NoError(t, x.Ping(ctx).Err()) // its one pooled connection
+	w := newFixture(t, redistest.Setup{On: nodes})
+	warm(t, w.rl) // the scripts are on every node: node 0 runs the acquire
+	rl, err := redlock.New([]redis.UniversalClient{x, nodes[1].Client(), nodes[2].Client()},
+		redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	px.Set(redistest.HangRefusingNew)
+	l, err := rl.Acquire(ctx, []string{"reached"}, time.Minute)
+	require.NoError(t, err, "nodes 1 and 2 grant it")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	peek := nodes[0].Client()
+	require.Eventually(t, func() bool { return peek.Get(ctx, "reached").Val() == l.Value() }, 2*time.Second, time.Millisecond,
+		"node 0 ran the acquire; its reply was lost")
+	time.Sleep(time.Second) // the release is tried again, and refused
+	px.Heal()
+	assert.Eventually(t, func() bool { return peek.Exists(ctx, "reached").Val() == 0 }, 3*time.Second, 5*time.Millisecond,
+		"the lock stayed on node 0 after its release")
+}

@@ -118,12 +118,13 @@ type node struct {
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
 
 	// Which server it is (identity.go): servers is the Redlock's record;
-	// identify is set for a node that asks its server's run_id at first
-	// contact, known once it has; twin is set when an earlier node is the
-	// same server: this node's calls then vote against, unsent.
+	// identify is set for a node that asks its server's run_id, until it
+	// has, then again each identityEvery (askedAt: when its server last
+	// answered the question); twin is set while another node is the same
+	// server: this node's calls then vote against, unsent.
 	servers  *servers
 	identify bool
-	known    atomic.Bool
+	askedAt  atomic.Int64 // Unix nanoseconds; 0 before the first answer
 	twin     atomic.Pointer[sameServerError]
 }
 
@@ -135,16 +136,16 @@ func newNode(i int, c redis.UniversalClient, owner *flight, base time.Duration, 
 	return nd
 }
 
-// identified records that the node's server has run_id id (see
-// identity.go); when an earlier node is that server, this node becomes its
-// twin, and counts once.
-func (nd *node) identified(id string) {
-	if nd.known.Swap(true) {
-		return
+// asking reports whether the node's next round asks its server's run_id:
+// until the server has answered it, and again each identityEvery (a server
+// restarted has a new run_id). Every round sent before the first answer
+// asks, so that no call of this node is judged before its identity is.
+func (nd *node) asking() bool {
+	if !nd.identify {
+		return false
 	}
-	if first := nd.servers.identified(nd, id); first != nil {
-		nd.twin.Store(&sameServerError{node: nd, first: first, id: id})
-	}
+	at := nd.askedAt.Load()
+	return at == 0 || time.Since(time.Unix(0, at)) > identityEvery
 }
 
 // addrOf names a node for people (NodeError.Addr): its address, with the
@@ -421,7 +422,7 @@ func (l *lane) send(batch []*call) bool {
 		if onTime {
 			onTime = l.round(again, timeout, withSource)
 		} else {
-			runBatch(context.Background(), l.via(again), again, withSource, false)
+			_, _ = runBatch(context.Background(), l.via(again), again, withSource, false)
 		}
 		for i, c := range again {
 			c.err = rerun(c, first[i], c.err)
@@ -480,9 +481,12 @@ func (l *lane) send(batch []*call) bool {
 	var again []bool
 	for i, c := range batch {
 		// A release to a node that nothing of this lane ever reached (every
-		// connection to it was refused) is not held: no write of ours is
-		// there to delete, and a dead node costs no retry, nor Close's wait.
-		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) && (l.reached || !undialed(c.err)) {
+		// connection to it was refused, and no round is still out on an
+		// older connection) is not held: no write of ours is there to
+		// delete, and a dead node costs no retry, nor Close's wait. (Not on
+		// a Cluster: a lock's calls may have gone through another lane
+		// before the slot map was known.)
+		if (c.at == nil || c.at.op == OpRelease) && !isReply(c.err) && !errors.Is(c.err, redis.ErrClosed) && (l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(c.err)) {
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
@@ -632,9 +636,9 @@ func (l *lane) round(calls []*call, timeout time.Duration, how evalBy) bool {
 			l.silent(calls, timeout)
 		}
 	})
-	ask := how == bySHA && l.node.identify && !l.node.known.Load()
-	if id := runBatch(context.Background(), l.via(calls), calls, how, ask); id != "" {
-		l.node.identified(id)
+	ask := how == bySHA && l.node.asking()
+	if id, answered := runBatch(context.Background(), l.via(calls), calls, how, ask); answered {
+		l.node.servers.identified(l.node, id)
 	}
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
@@ -878,8 +882,9 @@ func (l *lane) via(calls []*call) scripter {
 // the replicas that took every write before it on the connection.
 //
 // With ask, the pipeline starts with INFO server, and runBatch returns the
-// server's run_id (see identity.go), or "".
-func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy, ask bool) (id string) {
+// server's run_id (see identity.go; "" when INFO was refused, an ACL that
+// forbids it), and whether the server answered the question.
+func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy, ask bool) (id string, answered bool) {
 	eval := func(s evaler, p *call) *redis.Cmd {
 		if how == withSource {
 			return s.Eval(ctx, p.s.src, p.keys, p.args...)
@@ -891,7 +896,7 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy, ask bo
 		p := calls[0]
 		res, err := eval(c, p).Result()
 		p.err = p.s.judge(res, err, p)
-		return ""
+		return "", false
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	var wait *redis.Cmd
@@ -923,7 +928,8 @@ func runBatch(ctx context.Context, c scripter, calls []*call, how evalBy, ask bo
 		judgeAcks(calls, wait)
 	}
 	if info != nil {
-		id = runID(info.Val())
+		v, err := info.Result()
+		return runID(v), isReply(err)
 	}
-	return id
+	return "", false
 }

@@ -38,8 +38,10 @@ type Redlock struct {
 // address), or a *redis.Ring, or when an option is out of range. It sends
 // nothing to Redis. One server reached by two names (localhost and
 // 127.0.0.1) is found at the first call each node answers, which reads its
-// server's run_id: the later node then votes against, with an error that
-// names both and matches ErrInvalidArgument, so that the server counts once.
+// server's run_id (INFO server; again once a second): the later node then
+// votes against, with an error that names both and matches
+// ErrInvalidArgument, so that the server counts once. A server whose ACL
+// forbids INFO cannot be told apart this way.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")

@@ -578,6 +578,9 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{"trailing comma", "redis://:" + pw + "@" + live[0] + ",", []string{"status", "p"}},
 		{"lone user is a password", "redis://" + pw + "@127.0.0.1:1/x", []string{"run", "p", "--", "true"}},
 		{"refused", "redis://u:" + pw + "@127.0.0.1:1,redis://u:" + pw + "@127.0.0.1:2,redis://u:" + pw + "@127.0.0.1:3", []string{"run", "--verbose", "p", "--", "true"}},
+		{"password in the query", "redis://:x@h:1?username=u&password=" + pw, []string{"status", "p"}},
+		{"scheme forgotten", "u:" + pw + "@127.0.0.1:27001", []string{"run", "p", "--", "true"}},
+		{"one slash", "redis:/u:" + pw + "@127.0.0.1:27001", []string{"status", "p"}},
 		{"wrong password, json", "redis://:" + pw + "@" + live[0], []string{"status", "--json", "p"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

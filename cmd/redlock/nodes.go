@@ -89,7 +89,7 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 		if strings.Contains(a, "://") {
 			var err error
 			if o, err = redis.ParseURL(a); err != nil {
-				return nil, fmt.Errorf("node %q: %s (a URL looks like redis://host:6379/0, with user:password@ before the host, or rediss:// for TLS)", redact(a), redact(err.Error()))
+				return nil, fmt.Errorf("node %q: %s (a URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, or rediss:// for TLS)", redact(a), redact(err.Error()))
 			}
 		} else {
 			if !strings.Contains(a, ":") {
@@ -133,19 +133,24 @@ func checkAddr(addr string) error {
 	return nil
 }
 
-// credentials is the user information of a URL (user, password, or both):
-// from "://" to the "@" before the host.
-var credentials = regexp.MustCompile(`://[^/@\s]*@`)
+// credentials matches what may hold a password in a node string: the user
+// information before an "@" (with or without its "scheme://", which a typo
+// may have mangled: "redis:/u:pw@h", "u:pw@h"), and a password given as a
+// URL query parameter.
+var credentials = regexp.MustCompile(`[^\s/"',=(@]+@|(?i)(password=)[^&\s"',]*`)
 
-// redact returns s with the credentials of every URL in it replaced by
-// "xxxxx": a node list or an error that quotes one never shows a password
-// (go-redis reads a lone user name as the password, so all of it goes).
+// redact returns s with every credential in it replaced by "xxxxx": a node
+// list or an error that quotes one never shows a password (go-redis reads a
+// lone user name as the password, so all of it goes).
 func redact(s string) string {
 	return credentials.ReplaceAllStringFunc(s, func(c string) string {
-		if c == "://:PASSWORD@" || c == "://USER:PASSWORD@" {
+		switch {
+		case c == ":PASSWORD@" || c == "USER:PASSWORD@":
 			return c // redlock's own hints, not a password
+		case strings.HasSuffix(c, "@"):
+			return "xxxxx@"
 		}
-		return "://xxxxx@"
+		return c[:len("password=")] + "xxxxx"
 	})
 }
 

@@ -26,6 +26,10 @@ const (
 	// Refuse closes the listening socket, so that new connections are
 	// refused; open ones are cut.
 	Refuse
+	// HangRefusingNew is Hang on the open connections (requests reach the
+	// node, replies are dropped) with new connections refused: a host that
+	// went away while a client still held a connection to it.
+	HangRefusingNew
 )
 
 // String names the fault.
@@ -39,6 +43,8 @@ func (f Fault) String() string {
 		return "partition"
 	case Refuse:
 		return "refuse"
+	case HangRefusingNew:
+		return "hang, refusing new connections"
 	}
 	return "unknown"
 }
@@ -93,14 +99,20 @@ func (p *Proxy) Set(f Fault) {
 		return
 	}
 	old := Fault(p.fault.Swap(int32(f)))
+	refusing := func(f Fault) bool { return f == Refuse || f == HangRefusingNew }
 	switch {
-	case f == Refuse && old != Refuse:
+	case refusing(f) && !refusing(old):
 		if p.ln != nil {
 			_ = p.ln.Close()
 			p.ln = nil
 		}
-		p.cutLocked()
-	case f != Refuse && old == Refuse:
+		if f == Refuse {
+			p.cutLocked()
+		}
+	case !refusing(f) && refusing(old):
+		if old == HangRefusingNew {
+			p.cutLocked() // replies were dropped: the streams are out of step
+		}
 		ln, err := net.Listen("tcp", p.addr)
 		if err != nil {
 			p.tb.Errorf("redistest: proxy re-listen on %s: %v", p.addr, err)
@@ -228,7 +240,7 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
 				switch Fault(p.fault.Load()) {
 				case Partition:
 					continue // dropped
-				case Hang:
+				case Hang, HangRefusingNew:
 					if reply {
 						continue // the node answered; the answer is lost
 					}
@@ -245,7 +257,7 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
 			time.Sleep(d)
 		}
 		// A fault switched on while the chunk waited applies to it too.
-		if f := Fault(p.fault.Load()); f == Partition || (f == Hang && reply) {
+		if f := Fault(p.fault.Load()); f == Partition || ((f == Hang || f == HangRefusingNew) && reply) {
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {
