@@ -3,8 +3,9 @@ package redlock
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Fencing tokens (WithFencing). Each node keeps a counter per resource, the
@@ -42,14 +43,10 @@ func FenceKey(resource string) string { return fenceKey(resource) }
 // tag (resource itself when it has none), so that on a Redis Cluster the
 // counter is in the resource's slot and one script can take both. A
 // resource with a '}' and no hash tag cannot be its own tag: its tag is the
-// slot's number tag (slotTag), cached per slot. No two resources share a
+// slot's number tag (slot.NumberTag), cached per slot. No two resources share a
 // counter: the resource is the key's tail, after the first "}:".
 func fenceKey(resource string) string {
-	tag := hashTag(resource)
-	if strings.IndexByte(tag, '}') >= 0 {
-		tag = slotTag(slotOf(resource))
-	}
-	return fencePrefix + "{" + tag + "}:" + resource
+	return fencePrefix + "{" + slot.Tag(resource) + "}:" + resource
 }
 
 // fencedKeys returns the KEYS of a fenced script: the resources, then their

@@ -9,9 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock/internal/redistest"
+	"github.com/go-redlock/redlock/internal/slot"
 )
 
-// slotOf agrees with the Cluster's own CLUSTER KEYSLOT, hash tags and their
+// slot.Of agrees with the Cluster's own CLUSTER KEYSLOT, hash tags and their
 // corner cases included, and a resource's sharded channel is in the
 // resource's slot.
 func TestSlotsMatchTheCluster(t *testing.T) {
@@ -33,9 +34,9 @@ func TestSlotsMatchTheCluster(t *testing.T) {
 	for _, k := range keys {
 		want, err := c.ClusterKeySlot(ctx, k).Result()
 		require.NoError(t, err)
-		assert.Equal(t, want, int64(slotOf(k)), "slot of %q", k)
+		assert.Equal(t, want, int64(slot.Of(k)), "slot of %q", k)
 		ch := shardedChannel(k)
-		if ch == ReleasedChannel+":{"+hashTag(k)+"}" {
+		if ch == ReleasedChannel+":{"+slot.HashTag(k)+"}" {
 			tagged++
 		}
 		got, err := c.ClusterKeySlot(ctx, ch).Result()
@@ -58,7 +59,7 @@ func TestSlotsMatchTheCluster(t *testing.T) {
 			t.Errorf("%q and %q share the counter %q", other, k, fk)
 		}
 		counters[fk] = k
-		if fk != fencePrefix+"{"+hashTag(k)+"}:"+k {
+		if fk != fencePrefix+"{"+slot.HashTag(k)+"}:"+k {
 			odd++
 		}
 	}
