@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // Sentinel errors that callers branch on with [errors.Is].
@@ -169,7 +172,7 @@ func (e *NodeTimeoutError) Error() string {
 	}
 	switch {
 	case e.Cause == nil || errors.Is(e.Cause, context.DeadlineExceeded):
-	case isTimeout(e.Cause):
+	case lane.IsTimeout(e.Cause):
 		fmt.Fprintf(&b, "; the client gave up first: %v", e.Cause)
 	default:
 		fmt.Fprintf(&b, "; the client said: %v", e.Cause)
@@ -310,9 +313,9 @@ var refusals = []refusal{
 	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
 	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + fencePrefix + "{...}:resource) names a key that holds other data: " +
 		"give locks keys of their own (a prefix such as \"lock:\")"},
-	{prefix: exhaustedCounter, what: "the counter reached 2^53-1, the largest token redlock can draw (Lua's numbers are doubles): " +
+	{prefix: script.ExhaustedCounter, what: "the counter reached 2^53-1, the largest token redlock can draw (Lua's numbers are doubles): " +
 		"the protected resource must be moved to a new resource name"},
-	{prefix: badCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
+	{prefix: script.BadCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
 		"and never write to " + fencePrefix + "* keys"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/slot"
 )
 
@@ -25,10 +26,6 @@ import (
 
 // fencePrefix starts the name of every fencing counter.
 const fencePrefix = "redlock:fence:"
-
-// maxToken is the largest token and counter: Lua's numbers are doubles,
-// exact for integers up to 2^53. A counter that reached it is exhausted.
-const maxToken = 1<<53 - 1
 
 // FenceKey returns the key under which every node keeps resource's fencing
 // counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is
@@ -63,7 +60,7 @@ func fencedKeys(resources []string) []string {
 // fencedAcquirePlan locks resources for ttl and draws a fencing token.
 func fencedAcquirePlan(resources []string, ttl time.Duration) *plan {
 	p := acquirePlan(resources, ttl)
-	p.s, p.keys, p.fenced = fencedAcquireScript, fencedKeys(resources), true
+	p.s, p.keys, p.fenced = script.FencedAcquire, fencedKeys(resources), true
 	return p
 }
 
@@ -73,20 +70,20 @@ func fencedAcquirePlan(resources []string, ttl time.Duration) *plan {
 // statistics as its write-back's votes (counted from the first round's
 // start), and the token. The round waits for the nodes no longer than
 // the node timeout, and never past the lock's validity.
-func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, st ExecutionStats, as *attemptState, validity time.Duration) (ExecutionStats, uint64) {
+func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, value string, st ExecutionStats, as *attemptState, validity time.Duration) (ExecutionStats, uint64) {
 	var top uint64
 	for _, i := range st.VotesFor {
 		top = max(top, as.nodes[i].counter)
 	}
-	token := top + 1 // top < maxToken: the script and judge refuse more
-	wb := &plan{op: OpFence, s: writeBackScript, keys: p.keys, res: p.res, args: []any{p.args[0], strconv.FormatUint(token, 10)}, acked: p.acked}
+	token := top + 1 // top < script.MaxToken: the script and Read refuse more
+	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{value, strconv.FormatUint(token, 10)}, acked: p.acked}
 	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
 	if timeout <= 0 {
 		// Too late to send anything: the attempt fails on its first round.
 		st.Late, st.fence = true, fenceTooLate
 		return st, token
 	}
-	wst, _ := r.attempt(ctx, cfg, wb, timeout)
+	wst, _ := r.attempt(ctx, cfg, wb, wb.args, nil, timeout)
 	wst.Start, wst.token, wst.fence = st.Start, token, fenceSent
 	return wst, token
 }

@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"time"
+
+	"github.com/go-redlock/redlock/internal/lane"
 )
 
 // An Option changes a setting. Options given to [New] become the defaults of
@@ -25,7 +27,7 @@ type config struct {
 	onError            func(error)
 	wake               bool
 	fencing            bool
-	ack                *ackPolicy // WithReplicaAck, WithAOFAck; nil: none
+	ack                *lane.Ack // WithReplicaAck, WithAOFAck; nil: none
 	observer           *Observer  // WithObserver; nil: none
 }
 
@@ -68,17 +70,17 @@ func (c *config) validate() error {
 	}
 	if a := c.ack; a != nil {
 		name := "WithReplicaAck"
-		if a.aof {
+		if a.AOF {
 			name = "WithAOFAck"
 		}
 		switch {
-		case a.replicas < 0:
-			return invalid("%d replicas is negative (%s)", a.replicas, name)
-		case a.timeout < time.Millisecond || a.timeout%time.Millisecond != 0:
-			return invalid("replica wait %v is not a positive whole number of milliseconds (%s)", a.timeout, name)
-		case 2*a.timeout >= c.nodeTimeout:
+		case a.Replicas < 0:
+			return invalid("%d replicas is negative (%s)", a.Replicas, name)
+		case a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0:
+			return invalid("replica wait %v is not a positive whole number of milliseconds (%s)", a.Timeout, name)
+		case 2*a.Timeout >= c.nodeTimeout:
 			return invalid("replica wait %v is not below half the node timeout %v: a node that must be sent the scripts again "+
-				"(after a restart) waits twice, and would be given up on; lower the wait in %s or raise WithNodeTimeout", a.timeout, c.nodeTimeout, name)
+				"(after a restart) waits twice, and would be given up on; lower the wait in %s or raise WithNodeTimeout", a.Timeout, c.nodeTimeout, name)
 		}
 	}
 	return nil
@@ -251,7 +253,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 			c.ack = nil
 			return
 		}
-		c.ack = &ackPolicy{replicas: replicas, timeout: timeout}
+		c.ack = &lane.Ack{Replicas: replicas, Timeout: timeout}
 	}
 }
 
@@ -271,6 +273,6 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) Option {
 		if local {
 			l = 1
 		}
-		c.ack = &ackPolicy{replicas: replicas, local: l, aof: true, timeout: timeout}
+		c.ack = &lane.Ack{Replicas: replicas, Local: l, AOF: true, Timeout: timeout}
 	}
 }

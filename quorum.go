@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // ExecutionStats describes one attempt of an operation on every node.
@@ -62,7 +66,7 @@ type ExecutionResult struct {
 // quorum is the set of nodes that vote on every operation: an attempt sends
 // one call to each, and succeeds when a majority (n/2+1) vote for.
 type quorum struct {
-	nodes []*node
+	nodes []*lane.Node
 }
 
 // size is the number of nodes.
@@ -85,16 +89,6 @@ const (
 	callSent                 // sent, not answered yet
 	callDone                 // answered, or failed by the client
 )
-
-// nodeCall is one node's part of an attempt.
-type nodeCall struct {
-	call
-	state     atomic.Int32 // callQueued ... callDone
-	voted     atomic.Bool  // its vote was counted: its answer, or the collector giving up on it
-	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
-	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
-	awaited   atomic.Bool  // acquire: counted in the cleanup's pending until it answers
-}
 
 // Attempt outcomes, once the collector has decided.
 const (
@@ -121,7 +115,7 @@ type attemptState struct {
 	// they wrote (acquire).
 	cleanup *cleanup
 	// deleted marks, for a release, the nodes that deleted the value in
-	// any attempt of the call (see plan.deleted).
+	// any attempt of the call (see execute).
 	deleted []atomic.Bool
 }
 
@@ -130,10 +124,10 @@ type attemptState struct {
 // node has: a slow or hung minority never holds it up, and no node holds it
 // up for longer than timeout. When ctx ends, the nodes that have not voted
 // vote against with ctx's error, and it returns at once.
-func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time.Duration) (ExecutionStats, *attemptState) {
+func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, deleted []atomic.Bool, timeout time.Duration) (ExecutionStats, *attemptState) {
 	n := q.size()
 	st := ExecutionStats{Start: time.Now(), MembershipSize: n, QuorumSize: q.needed(), VotesFor: make([]int, 0, n)}
-	var ack *ackPolicy
+	var ack *lane.Ack
 	if p.op != OpRelease && cfg.ack != nil {
 		ack = cfg.ack
 		st.ReplicaAcks = make([]int, n)
@@ -142,20 +136,25 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		}
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: p.deleted}
+		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
 	if p.cleanup {
-		as.cleanup = &cleanup{value: p.args[0]}
+		as.cleanup = &cleanup{value: args[0]}
+	}
+	kind := lane.Write
+	if p.op == OpRelease {
+		kind = lane.Release
 	}
 	for i, nd := range q.nodes {
 		nc := &as.nodes[i]
-		if p.deleted != nil && p.deleted[i].Load() {
+		if deleted != nil && deleted[i].Load() {
 			nc.state.Store(callDone)
 			as.vote(i, nil)
 			continue
 		}
-		ns, nargs := nd.script(p.s, p.keys, p.args)
-		nc.call = call{s: ns, keys: p.keys, args: nargs, timeout: cfg.nodeTimeout, at: as, node: i, ack: ack, acks: -1}
-		nd.laneOf(p.res[0], p.acked).submit(&nc.call)
+		s, sargs := scriptFor(nd, p.s, p.keys, args)
+		nc.as, nc.i, nc.s, nc.acks = as, i, s, -1
+		nc.Call = lane.Call{Kind: kind, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: sargs, Timeout: cfg.nodeTimeout, Ack: ack, H: nc}
+		nd.Lane(p.res[0], p.acked).Submit(&nc.Call)
 	}
 
 	// Every node votes once: by its answer, or here at the deadline or
@@ -178,7 +177,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, timeout time
 		case <-timer.C:
 			for i := range n {
 				if !as.nodes[i].voted.Load() {
-					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].laneOf(p.res[0], p.acked).lastCause(), validity: timeout < cfg.nodeTimeout})
+					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].Lane(p.res[0], p.acked).LastCause(), validity: timeout < cfg.nodeTimeout})
 				}
 			}
 		case <-done:
@@ -205,7 +204,7 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	}
 	var ne *NodeError
 	if err != nil {
-		ne = report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].addr, Op: as.op, Err: err})
+		ne = report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: as.op, Err: err})
 	}
 	as.votes <- vote{node: i, err: ne, acks: acks}
 }
@@ -255,7 +254,7 @@ func (as *attemptState) skip(i int) {
 	nc := &as.nodes[i]
 	nc.state.Store(callSkipped)
 	if nc.awaited.Swap(false) {
-		as.cleanup.pending.done()
+		as.cleanup.pending.Done()
 	}
 }
 
@@ -286,7 +285,7 @@ func (as *attemptState) answer(i int, err error) {
 	if as.cleanup != nil && as.cleanup.failed.Load() {
 		as.clean(i)
 		if nc.awaited.Swap(false) {
-			as.cleanup.pending.done() // its release, if any, is pending now
+			as.cleanup.pending.Done() // its release, if any, is pending now
 		}
 	}
 }
@@ -295,7 +294,7 @@ func (as *attemptState) answer(i int, err error) {
 type cleanup struct {
 	value   any         // the attempt's value
 	failed  atomic.Bool // the attempt failed: release what it wrote
-	pending flight      // the releases sent, until answered
+	pending flight.Flight // the releases sent, until answered
 }
 
 // releaseWrites releases a failed acquire attempt's value on every node
@@ -317,11 +316,11 @@ func (as *attemptState) releaseWrites() *cleanup {
 		if nc.state.Load() != callSent {
 			continue
 		}
-		cl.pending.add()
+		cl.pending.Add()
 		nc.awaited.Store(true)
 		// It may have answered meanwhile, without seeing awaited.
 		if nc.state.Load() != callSent && nc.awaited.Swap(false) {
-			cl.pending.done()
+			cl.pending.Done()
 		}
 	}
 	return cl
@@ -335,9 +334,12 @@ func (as *attemptState) clean(i int) {
 		return
 	}
 	cl := as.cleanup
-	cl.pending.add()
-	as.q.nodes[i].laneOf(as.keys[0], as.acked).submit(&call{s: cleanupScript, keys: as.keys, args: []any{cl.value}, timeout: as.cfg.nodeTimeout,
-		cfg: as.cfg, cleanup: &cl.pending})
+	cl.pending.Add()
+	nd := as.q.nodes[i]
+	rc := &releaseCall{s: script.Cleanup, cfg: as.cfg, node: nd, pending: &cl.pending}
+	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: script.Cleanup.Hash, Src: script.Cleanup.Src, Keys: as.keys, Args: []any{cl.value},
+		Timeout: as.cfg.nodeTimeout, H: rc}
+	nd.Lane(as.keys[0], as.acked).Submit(&rc.Call)
 }
 
 // await waits until the releases sent so far have been answered, for at
@@ -346,7 +348,7 @@ func (cl *cleanup) await(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-cl.pending.wait():
+	case <-cl.pending.Wait():
 	case <-t.C:
 	case <-ctx.Done():
 	}

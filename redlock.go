@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/lane"
 )
 
 // Redlock runs the Redlock algorithm over N independent Redis nodes: a lock
@@ -21,9 +24,9 @@ import (
 type Redlock struct {
 	quorum  // the nodes, and the attempt that runs on them all
 	cfg     *config
-	wake    waker   // subscriptions to release announcements, see WithWakeOnRelease
-	workers flight  // every node worker (see node.go)
-	servers servers // which node is which server (see identity.go)
+	wake    waker         // subscriptions to release announcements, see WithWakeOnRelease
+	workers flight.Flight // every node worker and held release (see internal/lane)
+	servers lane.Servers  // which node is which server
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -74,9 +77,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		return nil, err
 	}
 	r := &Redlock{cfg: cfg}
-	r.nodes = make([]*node, len(clients))
+	r.nodes = make([]*lane.Node, len(clients))
 	for i, c := range clients {
-		r.nodes[i] = newNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
+		r.nodes[i] = lane.NewNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
 	}
 	return r, nil
 }
@@ -314,7 +317,7 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	rp := releasePlan(lock, time.Unix(0, life.until.Load()), r.size())
+	rp := releasePlan(lock, time.Unix(0, life.until.Load()))
 	rp.acked = lock.cfg.ack != nil
 	o := r.execute(ctx, cfg, rp)
 	if out != nil {

@@ -8,6 +8,8 @@ import (
 	mrand "math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // The retry loop: one operation's attempts, the pauses between them, and
@@ -19,9 +21,13 @@ import (
 // A new operation adds a plan, not a branch in execute.
 type plan struct {
 	op   Op
-	s    *script
+	s    *script.Script
 	keys []string // the script's KEYS
 	res  []string // the resources: keys, or, fenced, its first half
+	// args are the script's ARGV; an acquire's value, args[0], is drawn
+	// for each attempt (freshValue) into a copy of its own. A plan is
+	// never written after it is made: what a call's attempts share (the
+	// value, a release's deletes) is execute's.
 	args []any
 
 	// ttl, when set, is the ttl the operation writes: an attempt whose
@@ -54,10 +60,6 @@ type plan struct {
 	// pastUntil is what happens once until has passed: the call ends
 	// before an attempt (extend) or after one (release).
 	pastUntil pastUntil
-	// deleted marks, for a release, the nodes that deleted the value in any
-	// attempt of the call (an answer that came late included): they count
-	// for in later attempts, where the value is gone by our own doing.
-	deleted []atomic.Bool
 }
 
 // pastUntil says how an operation on an existing lock treats its expiration.
@@ -72,20 +74,20 @@ const (
 // acquirePlan locks keys for ttl.
 func acquirePlan(keys []string, ttl time.Duration) *plan {
 	// execute draws each attempt's value into args[0]; args[1] is the ttl.
-	return &plan{op: OpAcquire, s: acquireScript, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
+	return &plan{op: OpAcquire, s: script.Acquire, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
 		ttl: ttl, freshValue: true, cleanup: true, contended: ErrResourceLocked, waits: true}
 }
 
 // extendPlan sets the ttl of lock's keys to ttl.
 func extendPlan(lock *Lock, ttl time.Duration) *plan {
-	return &plan{op: OpExtend, s: extendScript, keys: lock.resources, res: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)},
+	return &plan{op: OpExtend, s: script.Extend, keys: lock.resources, res: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)},
 		ttl: ttl, until: lock.until(), pastUntil: refusePastUntil}
 }
 
 // releasePlan deletes lock's keys, counting until as the lock's expiration.
-func releasePlan(lock *Lock, until time.Time, nodes int) *plan {
-	return &plan{op: OpRelease, s: releaseScript, keys: lock.resources, res: lock.resources, args: []any{lock.value},
-		until: until, pastUntil: oneAttemptPastUntil, deleted: make([]atomic.Bool, nodes)}
+func releasePlan(lock *Lock, until time.Time) *plan {
+	return &plan{op: OpRelease, s: script.Release, keys: lock.resources, res: lock.resources, args: []any{lock.value},
+		until: until, pastUntil: oneAttemptPastUntil}
 }
 
 // outcome is what execute settled on.
@@ -115,6 +117,14 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	}
 	tries := 0
 	var cleaning *cleanup // the last failed attempt's release of its writes
+	args := p.args
+	// deleted marks, for a release, the nodes that deleted the value in any
+	// attempt of the call (an answer that came late included): they count
+	// for in later attempts, where the value is gone by our own doing.
+	var deleted []atomic.Bool
+	if p.op == OpRelease {
+		deleted = make([]atomic.Bool, r.size())
+	}
 	fail := func(e *ExecutionError) outcome {
 		e.Op, e.Resources, e.Attempts, e.tries, e.took = p.op, p.res, o.attempts, tries, time.Since(start)
 		o.err, o.tries = e, tries
@@ -160,13 +170,13 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if p.freshValue {
 			// A fresh slice: the previous attempt's calls may still read theirs.
 			o.value = randomValue()
-			p.args = []any{o.value, p.args[1]}
+			args = []any{o.value, p.args[1]}
 		}
 		tries++
 		began := time.Now()
-		st, as := r.attempt(ctx, cfg, p, timeout)
+		st, as := r.attempt(ctx, cfg, p, args, deleted, timeout)
 		if p.fenced && len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-d {
-			st, o.token = r.writeBack(ctx, cfg, p, st, as, p.ttl-d)
+			st, o.token = r.writeBack(ctx, cfg, p, o.value, st, as, p.ttl-d)
 		}
 		if len(st.VotesFor) >= q && p.ttl > 0 && time.Since(st.Start) >= p.ttl-d {
 			st.Late = true

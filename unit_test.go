@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/redistest"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // drift = round(f*ttl) + 2ms, with node-redlock's numbers.
@@ -169,7 +171,7 @@ func newFake(t testing.TB, fakes []*redistest.Fake, opts ...Option) *Redlock {
 	rl, err := New(cs, append([]Option{WithWakeOnRelease(false)}, opts...)...)
 	require.NoError(t, err)
 	for i, f := range fakes {
-		rl.nodes[i].scripts = f
+		rl.nodes[i].SetScripter(f)
 	}
 	return rl
 }
@@ -247,13 +249,14 @@ func TestHungFakeNode(t *testing.T) {
 // them on redis-server).
 // runScript runs s on c as a lane does: EVALSHA, then the script itself
 // when the node lacks it.
-func runScript(ctx context.Context, c redis.UniversalClient, s *script, keys []string, args []any) error {
-	cl := &call{s: s, keys: keys, args: args}
-	runBatch(ctx, c, []*call{cl}, bySHA, false)
-	if cl.err != nil && redis.HasErrorPrefix(cl.err, "NOSCRIPT") {
-		runBatch(ctx, c, []*call{cl}, withSource, false)
+func runScript(ctx context.Context, c redis.UniversalClient, s *script.Script, keys []string, args []any) error {
+	res, err := c.EvalSha(ctx, s.Hash, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = c.Eval(ctx, s.Src, keys, args...).Result()
 	}
-	return cl.err
+	op := map[*script.Script]Op{script.Acquire: OpAcquire, script.Extend: OpExtend, script.Release: OpRelease}[s]
+	_, verr := judge(op, s, len(keys), lane.Result{Reply: res, Err: err})
+	return verr
 }
 
 func TestScriptsOnMiniredis(t *testing.T) {
@@ -263,28 +266,28 @@ func TestScriptsOnMiniredis(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"a", "b"}
 
-	require.NoError(t, runScript(ctx, c, acquireScript, keys, []any{"v1", 1000}))
+	require.NoError(t, runScript(ctx, c, script.Acquire, keys, []any{"v1", 1000}))
 	assert.Equal(t, int64(1000), mr.TTL("a").Milliseconds())
 	// Our own value does not block a retry; another does.
-	require.NoError(t, runScript(ctx, c, acquireScript, keys, []any{"v1", 2000}))
-	err := runScript(ctx, c, acquireScript, keys, []any{"v2", 1000})
+	require.NoError(t, runScript(ctx, c, script.Acquire, keys, []any{"v1", 2000}))
+	err := runScript(ctx, c, script.Acquire, keys, []any{"v2", 1000})
 	var rle *ResourceLockedError
 	require.ErrorAs(t, err, &rle)
 	assert.Equal(t, int64(0), rle.Applied)
 	assert.ErrorIs(t, err, ErrResourceLocked)
 	// All or nothing: one taken key keeps the other free.
 	require.NoError(t, c.Set(ctx, "c", "other", 0).Err())
-	require.Error(t, runScript(ctx, c, acquireScript, []string{"c", "d"}, []any{"v3", 1000}))
+	require.Error(t, runScript(ctx, c, script.Acquire, []string{"c", "d"}, []any{"v3", 1000}))
 	assert.False(t, mr.Exists("d"))
 
-	require.NoError(t, runScript(ctx, c, extendScript, keys, []any{"v1", 5000}))
+	require.NoError(t, runScript(ctx, c, script.Extend, keys, []any{"v1", 5000}))
 	assert.Equal(t, int64(5000), mr.TTL("b").Milliseconds())
-	err = runScript(ctx, c, extendScript, keys, []any{"v2", 5000})
+	err = runScript(ctx, c, script.Extend, keys, []any{"v2", 5000})
 	assert.ErrorIs(t, err, ErrLockExpired)
 
 	// Release counts only the keys that held the value.
 	require.NoError(t, c.Set(ctx, "b", "thief", 0).Err())
-	err = runScript(ctx, c, releaseScript, keys, []any{"v1"})
+	err = runScript(ctx, c, script.Release, keys, []any{"v1"})
 	require.ErrorAs(t, err, &rle)
 	assert.Equal(t, int64(1), rle.Applied)
 	assert.False(t, mr.Exists("a"))
@@ -323,17 +326,22 @@ func TestRefusalClasses(t *testing.T) {
 // an unexpected result, never a vote for.
 func TestFencedJudge(t *testing.T) {
 	keys := fencedKeys([]string{"a", "b"})
-	c := &call{keys: keys}
-	assert.NoError(t, fencedAcquireScript.judge([]any{int64(2), int64(7)}, nil, c))
-	assert.Equal(t, uint64(7), c.counter)
+	reply := func(v any) lane.Result { return lane.Result{Reply: v} }
+	rep, err := judge(OpAcquire, script.FencedAcquire, len(keys), reply([]any{int64(2), int64(7)}))
+	assert.NoError(t, err)
+	assert.Equal(t, uint64(7), rep.Counter)
 	var rle *ResourceLockedError
-	assert.ErrorAs(t, fencedAcquireScript.judge([]any{int64(0), int64(0)}, nil, &call{keys: keys}), &rle)
-	for _, bad := range []any{int64(2), []any{int64(2)}, []any{int64(2), int64(-1)}, []any{int64(2), int64(maxToken)}, []any{"2", int64(1)}} {
+	_, err = judge(OpAcquire, script.FencedAcquire, len(keys), reply([]any{int64(0), int64(0)}))
+	assert.ErrorAs(t, err, &rle)
+	for _, bad := range []any{int64(2), []any{int64(2)}, []any{int64(2), int64(-1)}, []any{int64(2), int64(script.MaxToken)}, []any{"2", int64(1)}} {
 		var ue *unexpectedResult
-		assert.ErrorAs(t, fencedAcquireScript.judge(bad, nil, &call{keys: keys}), &ue, "%#v", bad)
+		_, err = judge(OpAcquire, script.FencedAcquire, len(keys), reply(bad))
+		assert.ErrorAs(t, err, &ue, "%#v", bad)
 	}
-	assert.NoError(t, writeBackScript.judge(int64(2), nil, &call{keys: keys}))
-	assert.ErrorAs(t, writeBackScript.judge(int64(0), nil, &call{keys: keys}), &rle)
+	_, err = judge(OpFence, script.WriteBack, len(keys), reply(int64(2)))
+	assert.NoError(t, err)
+	_, err = judge(OpFence, script.WriteBack, len(keys), reply(int64(0)))
+	assert.ErrorAs(t, err, &rle)
 	assert.Equal(t, OpFence, rle.Op)
 	assert.ErrorIs(t, rle, ErrLockExpired)
 	assert.Equal(t, []string{"a", "b", "redlock:fence:{a}:a", "redlock:fence:{b}:b"}, keys)
@@ -346,13 +354,12 @@ func TestWriteBackWithNoValidityLeft(t *testing.T) {
 	fakes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Result: int64(1)}}
 	rl := newFake(t, fakes)
 	for _, nd := range rl.nodes {
-		nd.scripts = countingScripter{nd.scripts, &calls}
+		nd.SetScripter(countingScripter{nd.Scripter(), &calls})
 	}
 	p := fencedAcquirePlan([]string{"k"}, time.Second)
-	p.args[0] = "v"
 	st := ExecutionStats{Start: time.Now().Add(-time.Second), MembershipSize: 3, QuorumSize: 2, VotesFor: []int{0, 1}}
 	as := &attemptState{nodes: make([]nodeCall, 3)}
-	got, token := rl.writeBack(context.Background(), rl.cfg, p, st, as, 990*time.Millisecond)
+	got, token := rl.writeBack(context.Background(), rl.cfg, p, "v", st, as, 990*time.Millisecond)
 	assert.True(t, got.Late)
 	assert.Equal(t, uint64(1), token)
 	assert.Zero(t, calls.Load(), "no write-back sent")
@@ -363,23 +370,23 @@ func TestWriteBackWithNoValidityLeft(t *testing.T) {
 
 // countingScripter counts the scripts a node is sent.
 type countingScripter struct {
-	scripter
+	lane.Scripter
 	n *atomic.Int32
 }
 
 func (c countingScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	c.n.Add(1)
-	return c.scripter.EvalSha(ctx, sha, keys, args...)
+	return c.Scripter.EvalSha(ctx, sha, keys, args...)
 }
 
 func (c countingScripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
 	c.n.Add(1)
-	return c.scripter.Eval(ctx, src, keys, args...)
+	return c.Scripter.Eval(ctx, src, keys, args...)
 }
 
 func (c countingScripter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
 	c.n.Add(1)
-	return c.scripter.Pipelined(ctx, fn)
+	return c.Scripter.Pipelined(ctx, fn)
 }
 
 // fenceKey is cheap for every resource: the odd ones (a '}' and no hash
@@ -395,59 +402,34 @@ func BenchmarkFenceKey(b *testing.B) {
 	}
 }
 
-// resends picks, after the first NOSCRIPT of a batch, the calls the node
-// lacked and the later calls that ran on their keys; rerun counts a
-// release's deletes of both runs.
-func TestResends(t *testing.T) {
-	noscript := redis.ErrNoScript
-	held := &ResourceLockedError{Op: OpAcquire, Requested: 1}
-	acq := func(key string, err error) *call { return &call{s: acquireScript, keys: []string{key}, err: err} }
-	rel := func(key string, err error) *call { return &call{s: releaseScript, keys: []string{key}, err: err} }
-	cases := []struct {
-		name  string
-		batch []*call
-		want  []int // indexes into batch
-	}{
-		{"no NOSCRIPT", []*call{acq("a", nil), rel("a", nil)}, nil},
-		{"acquire lacked, its release ran", []*call{acq("a", noscript), rel("a", &ResourceLockedError{Op: OpRelease, Requested: 1})}, []int{0, 1}},
-		{"before the first NOSCRIPT stays", []*call{rel("a", nil), acq("a", noscript), acq("b", nil)}, []int{1}},
-		{"chained through a re-sent key", []*call{acq("a", noscript), &call{s: acquireScript, keys: []string{"a", "b"}, err: held}, rel("b", nil), rel("c", nil)}, []int{0, 1, 2}},
-		{"a network error did not surely run", []*call{acq("a", noscript), rel("a", errors.New("read: connection reset"))}, []int{0}},
-	}
-	for _, tc := range cases {
-		var want []*call
-		for _, i := range tc.want {
-			want = append(want, tc.batch[i])
-		}
-		assert.Equal(t, want, resends(tc.batch, true), tc.name)
-	}
-
-	// A detached worker's batch: only its releases go again.
-	late := []*call{acq("a", noscript), rel("a", noscript), rel("b", noscript), acq("b", nil)}
-	assert.Equal(t, []*call{late[1], late[2]}, resends(late, false), "after a silence")
-
-	r := rel("a", nil)
+// rerun counts a release's deletes of both runs when a lane sent it twice
+// (internal/lane's resends), and a first run that deleted every key stands.
+func TestRerun(t *testing.T) {
 	gone := &ResourceLockedError{Op: OpRelease, Requested: 2}
 	one := &ResourceLockedError{Op: OpRelease, Applied: 1, Requested: 2}
-	assert.NoError(t, rerun(r, nil, gone), "first run deleted both keys")
-	assert.NoError(t, rerun(r, nil, errors.New("EOF")), "a lost second answer does not undo the first run's deletes")
-	assert.NoError(t, rerun(r, one, one), "one key in each run")
-	assert.Equal(t, one, rerun(r, gone, one))
-	assert.Equal(t, held, rerun(acq("a", nil), nil, held), "an acquire's second answer stands")
+	assert.NoError(t, rerun(nil, gone), "first run deleted both keys")
+	assert.NoError(t, rerun(nil, errors.New("EOF")), "a lost second answer does not undo the first run's deletes")
+	assert.NoError(t, rerun(one, one), "one key in each run")
+	assert.Equal(t, one, rerun(gone, one))
+	two := lane.Result{Reply: int64(1), First: &lane.Result{Reply: int64(1)}}
+	_, err := judge(OpRelease, script.Release, 2, two)
+	assert.NoError(t, err, "judged on both runs")
+	_, err = judge(OpAcquire, script.Acquire, 2, lane.Result{Reply: int64(0), First: &lane.Result{Reply: int64(2)}})
+	assert.Error(t, err, "an acquire's second answer stands")
 }
 
 // A node is named for people by its address, never with its password.
 func TestAddrOf(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
 	defer c.Close()
-	assert.Equal(t, "10.0.0.1:6379/2", addrOf(c))
+	assert.Equal(t, "10.0.0.1:6379/2", lane.AddrOf(c))
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:7000", "b:7000"}, Password: "pw"})
 	defer cc.Close()
-	assert.Equal(t, "cluster a:7000,b:7000", addrOf(cc))
+	assert.Equal(t, "cluster a:7000,b:7000", lane.AddrOf(cc))
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:26379"}})
 	defer fc.Close()
-	assert.Equal(t, "sentinel failover group", addrOf(fc))
-	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: addrOf(c), Op: OpAcquire, Err: errors.New("x")}).Error())
+	assert.Equal(t, "sentinel failover group", lane.AddrOf(fc))
+	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: lane.AddrOf(c), Op: OpAcquire, Err: errors.New("x")}).Error())
 }
 
 // Using's extender never starts an extension once fn has returned (stop

@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // ReleasedChannel is the pub/sub channel on which the release script
@@ -24,7 +28,7 @@ import (
 // resource's hash slot: ReleasedChannel + ":{" + the resource's hash tag (or
 // whole name) + "}", so that an announcement stays on the resource's shard
 // rather than crossing the whole cluster bus.
-const ReleasedChannel = "redlock:released"
+const ReleasedChannel = script.ReleasedChannel
 
 // resubscribeAfter is how long a node's subscription waits before trying
 // again after it failed (pub/sub not allowed, the node down): meanwhile the
@@ -50,7 +54,7 @@ type waker struct {
 	closed  bool
 	ctx     context.Context // ends with Close
 	cancel  context.CancelFunc
-	running flight              // the subscription goroutines
+	running flight.Flight       // the subscription goroutines
 	subs    map[*sub]struct{}   // every live subscription
 	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
 	groups  map[string]*group   // by groupID
@@ -181,27 +185,27 @@ func (r *Redlock) unregister(wt *waiter, acquired bool) {
 
 // start subscribes to ReleasedChannel on every node that is not a Cluster.
 // Called with mu held.
-func (w *waker) start(nodes []*node) {
+func (w *waker) start(nodes []*lane.Node) {
 	w.groups = map[string]*group{}
 	w.byKey = map[string][]*group{}
 	w.subs = map[*sub]struct{}{}
 	w.keySubs = map[string][]*sub{}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, nd := range nodes {
-		if nd.cluster == nil {
-			c := nd.client
-			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, nd.one.sick)
+		if nd.Cluster() == nil {
+			c := nd.Client()
+			w.listen(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, nd.Lane("", false).Sick)
 		}
 	}
 }
 
 // watchKey subscribes to key's sharded channel on every Cluster node, for
 // the first waiter of key. Called with mu held, after start.
-func (w *waker) watchKey(key string, nodes []*node) {
+func (w *waker) watchKey(key string, nodes []*lane.Node) {
 	ch := shardedChannel(key)
 	for _, nd := range nodes {
-		if cc, ok := nd.client.(*redis.ClusterClient); ok {
-			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, nd.laneFor(key).sick)
+		if cc := nd.Cluster(); cc != nil {
+			s := w.listen(func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, nd.Lane(key, false).Sick)
 			w.keySubs[key] = append(w.keySubs[key], s)
 		}
 	}
@@ -218,9 +222,9 @@ func (w *waker) listen(open func(context.Context) *redis.PubSub, sick func() boo
 	ctx, cancel := context.WithCancel(w.ctx)
 	s := &sub{cancel: cancel}
 	w.subs[s] = struct{}{}
-	w.running.add()
+	w.running.Add()
 	go func() {
-		defer w.running.done()
+		defer w.running.Done()
 		for ctx.Err() == nil {
 			if sick() {
 				pause(ctx, resubscribeAfter)
@@ -371,25 +375,23 @@ func (r *Redlock) Close() error {
 	// Held releases go out now, past their breakers: the node may have
 	// come back since their last try.
 	for _, nd := range r.nodes {
-		for _, l := range nd.lanes() {
-			l.flush()
-		}
+		nd.Flush()
 	}
 	wait := max(closeWait, 2*r.cfg.nodeTimeout)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, g := range []struct {
-		f    *flight
+		f    *flight.Flight
 		what string
 	}{{&w.running, "a subscription is still connecting to"}, {&r.workers, "a call or a release is still waiting for"}} {
 		select {
-		case <-g.f.wait():
+		case <-g.f.Wait():
 		case <-t.C:
-			r.workers.stopped.Store(true)
+			r.workers.Stop()
 			return fmt.Errorf("redlock: close: %s a node that has not answered after %v; a call ends when the client's "+
 				"read times out or the client is closed, and a release not sent by then is given up", g.what, wait)
 		}
 	}
-	r.workers.stopped.Store(true)
+	r.workers.Stop()
 	return nil
 }

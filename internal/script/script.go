@@ -1,10 +1,23 @@
-package redlock
+// Package script holds redlock's Lua scripts, their hashes, and the reading
+// of their replies. It imports nothing of redlock's: what a reply means as a
+// vote is for the caller to say.
+package script
 
 import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 )
+
+// ReleasedChannel is the pub/sub channel on which the release script
+// announces each resource it freed, as value + resource (redlock's
+// exported ReleasedChannel).
+const ReleasedChannel = "redlock:released"
+
+// MaxToken is the largest fencing token and counter: Lua's numbers are
+// doubles, exact for integers up to 2^53. A counter that reached it is
+// exhausted.
+const MaxToken = 1<<53 - 1
 
 // The Lua scripts. KEYS are the resources; ARGV[1] is the lock's value and,
 // for acquire and extend, ARGV[2] the ttl in milliseconds. Each returns how
@@ -73,11 +86,7 @@ end
 return count
 `
 
-	// releaseShardedSrc is releaseSrc for a Redis Cluster: each freed key
-	// is announced with SPUBLISH (sharded pub/sub, which stays on the
-	// key's shard instead of crossing the whole cluster bus) on its own
-	// channel, ARGV[i+1] (see shardedChannel).
-	// fencedAcquireSrc is acquireSrc for a fenced lock (see fence.go):
+	// fencedAcquireSrc is acquireSrc for a fenced lock (see fence.go in package redlock):
 	// KEYS are the resources, then their fencing counters in the same order.
 	// It reads every counter before it writes anything, and answers
 	// {applied, highest counter}: a node votes for when applied is the
@@ -96,10 +105,10 @@ for i = n + 1, #KEYS do
   if c then
     local x = tonumber(c)
     if not x or x < 0 or x ~= math.floor(x) or x > 9007199254740991 then
-      return redis.error_reply("` + badCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+      return redis.error_reply("` + BadCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
     end
     if x == 9007199254740991 then
-      return redis.error_reply("` + exhaustedCounter + `" .. KEYS[i] .. " holds 9007199254740991")
+      return redis.error_reply("` + ExhaustedCounter + `" .. KEYS[i] .. " holds 9007199254740991")
     end
     if x > top then top = x end
   end
@@ -124,13 +133,17 @@ for i = n + 1, #KEYS do
   local c = redis.call("get", KEYS[i])
   local x = tonumber(c or "0")
   if not x then
-    return redis.error_reply("` + badCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+    return redis.error_reply("` + BadCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
   end
   if x < t then redis.call("set", KEYS[i], ARGV[2]) end
 end
 return n
 `
 
+	// releaseShardedSrc is releaseSrc for a Redis Cluster: each freed key
+	// is announced with SPUBLISH (sharded pub/sub, which stays on the
+	// key's shard instead of crossing the whole cluster bus) on its own
+	// channel, ARGV[i+1] (see package slot).
 	releaseShardedSrc = `
 local count = 0
 for i, key in ipairs(KEYS) do
@@ -144,83 +157,81 @@ return count
 `
 )
 
-// badCounter starts the error reply of a fenced script that found a
-// fencing counter holding something other than a token, exhaustedCounter
-// that of one that found a counter at maxToken.
+// BadCounter starts the error reply of a fenced script that found a
+// fencing counter holding something other than a token, ExhaustedCounter
+// that of one that found a counter at MaxToken.
 const (
-	badCounter       = "ERR redlock: the fencing counter "
-	exhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
+	BadCounter       = "ERR redlock: the fencing counter "
+	ExhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
 )
 
-// script is a Lua script with its SHA-1, run with EVALSHA and, when the node
+// Script is a Lua script with its SHA-1, run with EVALSHA and, when the node
 // does not have it cached (NOSCRIPT), with EVAL, which caches it there.
-type script struct {
-	op   Op
-	src  string
-	hash string
-	// fenced: KEYS are the resources, then their fencing counters, so a
-	// vote for applies to half of them; for acquire, the answer is
-	// {applied, highest counter}.
-	fenced bool
+type Script struct {
+	Src  string
+	Hash string
+	// Fenced: KEYS are the resources, then their fencing counters, so a
+	// reply counts half of them.
+	Fenced bool
+	// Counter: the reply is {applied, highest counter} (the fenced acquire).
+	Counter bool
 }
 
-func newScript(op Op, src string) *script {
+func newScript(src string) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &script{op: op, src: src, hash: hex.EncodeToString(sum[:])}
+	return &Script{Src: src, Hash: hex.EncodeToString(sum[:])}
 }
 
-func newFencedScript(op Op, src string) *script {
-	s := newScript(op, src)
-	s.fenced = true
-	return s
-}
-
+// The scripts.
 var (
-	acquireScript = newScript(OpAcquire, acquireSrc)
-	extendScript  = newScript(OpExtend, extendSrc)
-	releaseScript = newScript(OpRelease, releaseSrc)
-
-	releaseShardedScript = newScript(OpRelease, releaseShardedSrc)
-	cleanupScript        = newScript(OpRelease, cleanupSrc)
-
-	fencedAcquireScript = newFencedScript(OpAcquire, fencedAcquireSrc)
-	writeBackScript     = newFencedScript(OpFence, writeBackSrc)
+	Acquire        = newScript(acquireSrc)
+	Extend         = newScript(extendSrc)
+	Release        = newScript(releaseSrc)
+	ReleaseSharded = newScript(releaseShardedSrc)
+	Cleanup        = newScript(cleanupSrc)
+	FencedAcquire  = &Script{Src: fencedAcquireSrc, Hash: newScript(fencedAcquireSrc).Hash, Fenced: true, Counter: true}
+	WriteBack      = &Script{Src: writeBackSrc, Hash: newScript(writeBackSrc).Hash, Fenced: true}
 )
 
-// judge turns a script's answer to c into a vote; a fenced acquire's
-// highest counter goes to c.counter.
-func (s *script) judge(res any, err error, c *call) error {
-	if err != nil {
-		return err
+// Reply is what a script answered, read.
+type Reply struct {
+	Applied   int64  // the resources it applied to
+	Resources int    // the resources it was given (half the KEYS of a fenced script)
+	Counter   uint64 // Counter scripts: the highest fencing counter of the resources
+}
+
+// Full reports whether the script applied to every resource.
+func (r Reply) Full() bool { return r.Applied == int64(r.Resources) }
+
+// Read reads s's answer res to a call with keys KEYS, or returns an
+// *UnexpectedError when res is not an answer s gives.
+func (s *Script) Read(res any, keys int) (Reply, error) {
+	r := Reply{Resources: keys}
+	if s.Fenced {
+		r.Resources /= 2
 	}
-	keys := len(c.keys)
-	if s.fenced {
-		keys /= 2
-		if s.op == OpAcquire {
-			a, ok := res.([]any)
-			if !ok || len(a) != 2 {
-				return &unexpectedResult{res}
-			}
-			top, ok := a[1].(int64)
-			if !ok || top < 0 || top >= maxToken {
-				return &unexpectedResult{res}
-			}
-			c.counter, res = uint64(top), a[0]
+	if s.Counter {
+		a, ok := res.([]any)
+		if !ok || len(a) != 2 {
+			return r, &UnexpectedError{res}
 		}
+		top, ok := a[1].(int64)
+		if !ok || top < 0 || top >= MaxToken {
+			return r, &UnexpectedError{res}
+		}
+		r.Counter, res = uint64(top), a[0]
 	}
 	n, ok := res.(int64)
 	if !ok {
-		return &unexpectedResult{res}
+		return r, &UnexpectedError{res}
 	}
-	if n != int64(keys) {
-		return &ResourceLockedError{Op: s.op, Applied: n, Requested: keys}
-	}
-	return nil
+	r.Applied = n
+	return r, nil
 }
 
-// unexpectedResult is a script's answer that is not a count.
-type unexpectedResult struct{ res any }
+// UnexpectedError is an answer that is not one a script (or a command) gives.
+type UnexpectedError struct{ Reply any }
 
-func (e *unexpectedResult) Error() string {
-	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.res)
+func (e *UnexpectedError) Error() string {
+	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
 }

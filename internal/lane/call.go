@@ -1,0 +1,170 @@
+// Package lane sends script calls to Redis nodes: per server (or Cluster
+// shard) a queue, at most one worker sending it in pipelined batches, and a
+// circuit breaker that keeps a silent node from holding up or parking more
+// than a few goroutines. It knows nothing of votes, quorums or locks: a call
+// is plain data with a [Handler], told whether the call is still worth
+// sending, and what became of it. It imports nothing of redlock's.
+//
+// # How a call to one node lives and ends
+//
+// A node is one member of the quorum. It sends its calls through lanes, one
+// per connection pool that really is one server: a redis.Client (or a
+// FailoverClient) has one lane; a ClusterClient has one per shard primary,
+// so that a hung shard holds up only the calls to its own slots. (Each has
+// a twin for calls that wait for replicas: see [Node.Lane].)
+//
+//  1. Submit. An open lane refuses a call at once: its Handler's Done gets a
+//     *TimeoutError with CircuitOpen, nothing sent. Otherwise the call
+//     queues, and a worker is started if none runs. A queued call is a few
+//     words of memory, not a goroutine.
+//  2. Send. The worker takes the whole queue (a single call, alone, when
+//     half-open) and drops the Write calls whose Sendable says no. Releases
+//     are always sent. The rest go out in one pipeline with a deadline of
+//     one node timeout from now, which no caller's ctx can cut short. A node
+//     that lacks a script answers NOSCRIPT to its calls, which did not run;
+//     they go again with the script, in the batch's order, together with
+//     the later calls that ran on their keys too early (see resends).
+//  3. Done. Each call's Result goes to its Handler's Done, once.
+//  4. Silence. A watchdog fires when a batch has no answer after its node
+//     timeout. It opens the breaker, tells each call's Handler (Silent: the
+//     call's Done follows when the client returns), fails the queued calls
+//     (a release is held instead, and sent again as soon as the node answers
+//     anything: a slow node still gets its releases), and detaches the
+//     worker, which stays parked in the client until the node answers or
+//     the client gives up. Only a node's own silence opens its breaker: a
+//     caller that gives up early, or a call that waited in the queue behind
+//     a busy node, says nothing about the node's health.
+//
+// The breaker's states:
+//
+//	closed    calls are queued and sent in batches.
+//	open      the lane was silent past a node timeout: calls fail at once,
+//	          until retryAt (one node timeout later) and only while fewer than
+//	          MaxParked workers are parked on the lane.
+//	half-open the next call is sent alone, as a probe; calls that come
+//	          while it is out fail at once, as when open.
+//
+//	closed    -> open       a batch was silent past its node timeout
+//	open      -> half-open  retryAt passed and fewer than MaxParked are parked,
+//	                        or a parked batch came back with an answer
+//	half-open -> closed     the probe was answered (any answer, even an error reply)
+//	half-open -> open       the probe was silent too
+//
+// So a node that does not answer holds at most MaxParked goroutines of this
+// package, however many calls are made meanwhile; a node that answers within
+// the node timeout is never opened, however many callers gave up on it.
+package lane
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind is what a call does, as far as sending it goes.
+type Kind uint8
+
+const (
+	// Write writes (acquire, extend, a fencing write-back): sent only while
+	// its Handler's Sendable says so; after a silence, never sent again.
+	Write Kind = iota
+	// Release deletes only its own value, so it may run in any order and
+	// more than once: it is always sent, and when it gets no reply, its
+	// Handler's Done gets the failure and its Held copy is held and sent
+	// again when the node answers.
+	Release
+	// Cleanup is a release of its own (a failed attempt's, or a held
+	// copy): held itself when it gets no reply, its Done called once sent
+	// and answered, or given up.
+	Cleanup
+)
+
+// Call is one script call on one lane.
+type Call struct {
+	Kind    Kind
+	Hash    string // the script's SHA-1, for EVALSHA
+	Src     string // the script, for EVAL when the node lacks it
+	Keys    []string
+	Args    []any
+	Timeout time.Duration // how long the node may stay silent (at least the lane's node timeout)
+	Ack     *Ack          // the replicas its write must reach (Write only), or nil
+	H       Handler
+
+	res   Result
+	first *Result // sent again after a NOSCRIPT on time: what its first run answered
+}
+
+// Handler is told what becomes of a call.
+type Handler interface {
+	// Sendable is asked as the worker is about to send the call; a Write
+	// that is not worth sending any more is dropped (its Handler hears
+	// nothing more). Releases are sent whatever it says.
+	Sendable() bool
+	// Done takes the call's Result: the answer, or why it was not sent.
+	// It is called once per call, from a worker or from Submit.
+	Done(Result)
+	// Silent is told that the call's batch had no answer within its
+	// timeout; r.Err is a *TimeoutError. Done follows when the client
+	// returns (a call held for later excepted).
+	Silent(r Result)
+	// Held returns the copy of a Release to hold and send again when the
+	// call got no reply: a Cleanup.
+	Held() *Call
+}
+
+// Result is what became of a call.
+type Result struct {
+	// Reply is the script's answer, when Err is nil.
+	Reply any
+	// Err is an error reply (a redis.Error), a network error, a
+	// *TimeoutError, or a *TwinError.
+	Err error
+	// First is, for a call sent twice (see resends), what its first run
+	// answered: its Reply and Err are the second run's.
+	First *Result
+	// Acks is, for a call with an Ack whose script answered, how many
+	// replicas took the batch's writes (-1: not known), Local whether the
+	// primary's own append-only file did (WAITAOF; -1: not known), and
+	// AckErr why the count is not known (WAIT failed, or answered
+	// something else).
+	Acks, Local int
+	AckErr      error
+}
+
+// TimeoutError says that the node did not answer in time, or that its
+// circuit was open and the call was not sent.
+type TimeoutError struct {
+	Timeout     time.Duration // the silence that passed
+	CircuitOpen bool          // not sent: the lane's breaker was open
+	Shard       string        // a Cluster shard primary's address, or ""
+	Cause       error         // the client's last network error on the lane, if any
+}
+
+func (e *TimeoutError) Error() string {
+	s := fmt.Sprintf("no answer within %v", e.Timeout)
+	if e.CircuitOpen {
+		s = fmt.Sprintf("not sent: no answer within %v lately (circuit open)", e.Timeout)
+	}
+	if e.Shard != "" {
+		s += " from shard " + e.Shard
+	}
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap returns the cause.
+func (e *TimeoutError) Unwrap() error { return e.Cause }
+
+// TwinError is the Result of a Write on a node whose server an earlier node
+// of the same Servers claimed: not sent, or, when learnt in its own batch,
+// its answer set aside.
+type TwinError struct {
+	Node, First int    // the node's index, and the claimant's
+	FirstAddr   string // the claimant's address
+	ID          string // the server's run_id
+}
+
+func (e *TwinError) Error() string {
+	return fmt.Sprintf("the same server as node %d (%s, run_id %s)", e.First, e.FirstAddr, e.ID)
+}
