@@ -28,7 +28,7 @@ type config struct {
 	wake               bool
 	fencing            bool
 	ack                *lane.Ack // WithReplicaAck, WithAOFAck; nil: none
-	observer           *Observer  // WithObserver; nil: none
+	observer           *Observer // WithObserver; nil: none
 }
 
 // defaultConfig holds every default, node-redlock's where it has one.

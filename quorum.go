@@ -292,8 +292,8 @@ func (as *attemptState) answer(i int, err error) {
 
 // cleanup is the release of a failed acquire attempt's writes.
 type cleanup struct {
-	value   any         // the attempt's value
-	failed  atomic.Bool // the attempt failed: release what it wrote
+	value   any           // the attempt's value
+	failed  atomic.Bool   // the attempt failed: release what it wrote
 	pending flight.Flight // the releases sent, until answered
 }
 
