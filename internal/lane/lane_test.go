@@ -1,0 +1,278 @@
+package lane
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/flight"
+)
+
+// gate is a fake server: while shut, every round trip waits until it is
+// opened; it counts the round trips that reached it, and answers each
+// script with 1.
+type gate struct {
+	mu     sync.Mutex
+	shut   chan struct{} // nil: open
+	rounds atomic.Int32
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+}
+
+func (g *gate) pass() {
+	g.rounds.Add(1)
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut != nil {
+		<-shut
+	}
+}
+
+func (g *gate) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	g.pass()
+	cmd := redis.NewCmd(ctx)
+	cmd.SetVal(int64(1))
+	return cmd
+}
+
+func (g *gate) Eval(ctx context.Context, s string, k []string, a ...any) *redis.Cmd {
+	return g.EvalSha(ctx, s, k, a...)
+}
+
+func (g *gate) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	g.pass()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	pipe := c.Pipeline()
+	if err := fn(pipe); err != nil {
+		return nil, err
+	}
+	cmds := pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
+	for _, cmd := range cmds {
+		if c, ok := cmd.(*redis.Cmd); ok {
+			c.SetVal(int64(1))
+		}
+	}
+	return cmds, nil
+}
+
+// recorder is a Handler that records what it is told.
+type recorder struct {
+	silent atomic.Int32
+	done   chan Result
+	held   *recorder // Held's copy's recorder
+}
+
+func newRecorder() *recorder { return &recorder{done: make(chan Result, 4)} }
+
+func (r *recorder) Sendable() bool  { return true }
+func (r *recorder) Done(res Result) { r.done <- res }
+func (r *recorder) Silent(Result)   { r.silent.Add(1) }
+func (r *recorder) Held() *Call {
+	r.held = newRecorder()
+	return &Call{Kind: Cleanup, Keys: []string{"k"}, H: r.held}
+}
+
+// result waits for r's Result.
+func (r *recorder) result(t *testing.T) Result {
+	t.Helper()
+	select {
+	case res := <-r.done:
+		return res
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Result")
+		return Result{}
+	}
+}
+
+const base = 50 * time.Millisecond
+
+// newLane returns the lane of a node that sends through g, and the owner
+// that counts its goroutines.
+func newLane(t *testing.T, g Scripter) (*Lane, *flight.Flight) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	owner := &flight.Flight{}
+	nd := NewNode(0, c, owner, base, &Servers{})
+	nd.identify = false
+	nd.SetScripter(g)
+	return nd.Lane("k", false), owner
+}
+
+// submit sends one Write call of kind k and returns its recorder.
+func submit(l *Lane, k Kind) *recorder {
+	r := newRecorder()
+	l.Submit(&Call{Kind: k, Keys: []string{"k"}, Timeout: base, H: r})
+	return r
+}
+
+// The breaker: closed while the node answers; open after a silence past
+// the node timeout (the calls of the batch told Silent, a new call refused
+// at once, unsent); half-open once the node timeout has passed again, with
+// one probe out and the others refused; closed again when the probe is
+// answered. The parked worker ends when the node answers.
+func TestBreaker(t *testing.T) {
+	g := &gate{}
+	l, owner := newLane(t, g)
+
+	res := submit(l, Write).result(t)
+	require.NoError(t, res.Err)
+	assert.Equal(t, int64(1), res.Reply)
+	assert.False(t, l.Sick())
+
+	g.close()
+	hung := submit(l, Write)
+	require.Eventually(t, func() bool { return hung.silent.Load() == 1 }, 5*time.Second, time.Millisecond, "a silent batch is told")
+	assert.True(t, l.Sick())
+	rounds := g.rounds.Load()
+	var te *TimeoutError
+	res = submit(l, Write).result(t)
+	require.ErrorAs(t, res.Err, &te)
+	assert.True(t, te.CircuitOpen, "open: refused at once")
+	assert.Equal(t, rounds, g.rounds.Load(), "nothing sent while open")
+
+	time.Sleep(base + 10*time.Millisecond) // retryAt passed: the next call probes
+	probe := submit(l, Write)
+	require.Eventually(t, func() bool { return g.rounds.Load() == rounds+1 }, 5*time.Second, time.Millisecond, "the probe is sent")
+	res = submit(l, Write).result(t)
+	require.ErrorAs(t, res.Err, &te)
+	assert.True(t, te.CircuitOpen, "half-open: one probe out, the others refused")
+
+	g.open()
+	assert.NoError(t, probe.result(t).Err, "the probe is answered")
+	assert.NoError(t, hung.result(t).Err, "the parked batch ends with the node's answer")
+	assert.False(t, l.Sick(), "closed again")
+	assert.NoError(t, submit(l, Write).result(t).Err)
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a worker is left")
+	}
+}
+
+// A node that never answers parks at most MaxParked workers: past them it
+// sends nothing, not even a probe, however many calls come.
+func TestBreakerParksAtMostMaxParked(t *testing.T) {
+	g := &gate{}
+	l, owner := newLane(t, g)
+	g.close()
+	defer g.open()
+	for range 200 {
+		submit(l, Write)
+		time.Sleep(base / 5)
+	}
+	l.mu.Lock()
+	parked := l.parked
+	l.mu.Unlock()
+	assert.Equal(t, MaxParked, parked)
+	assert.LessOrEqual(t, int(g.rounds.Load()), MaxParked, "a round per parked worker")
+	g.open()
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("parked workers are left")
+	}
+}
+
+// A Release refused by an open breaker fails at once, and its Held copy is
+// sent when the node answers again.
+func TestHeldReleaseIsSentWhenTheNodeAnswers(t *testing.T) {
+	g := &gate{}
+	l, _ := newLane(t, g)
+	g.close()
+	hung := submit(l, Write)
+	require.Eventually(t, func() bool { return hung.silent.Load() == 1 }, 5*time.Second, time.Millisecond)
+	rel := submit(l, Release)
+	var te *TimeoutError
+	require.ErrorAs(t, rel.result(t).Err, &te)
+	require.NotNil(t, rel.held, "a copy is held")
+	g.open()
+	assert.NoError(t, rel.held.result(t).Err, "the held copy is sent once the node answers")
+}
+
+// A twin's Write and Release end at once, unsent, with a *TwinError; a
+// Cleanup is sent.
+func TestTwinCallsAreNotSent(t *testing.T) {
+	g := &gate{}
+	l, _ := newLane(t, g)
+	s := l.node.servers
+	first := NewNode(1, redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"}), &flight.Flight{}, base, s)
+	s.identified(first, "abc")
+	s.identified(l.node, "abc")
+	var twin *TwinError
+	require.ErrorAs(t, submit(l, Write).result(t).Err, &twin)
+	assert.Equal(t, TwinError{Node: 0, First: 1, FirstAddr: "127.0.0.1:2", ID: "abc"}, *twin)
+	require.ErrorAs(t, submit(l, Release).result(t).Err, &twin)
+	assert.Zero(t, g.rounds.Load())
+	assert.NoError(t, submit(l, Cleanup).result(t).Err)
+	s.identified(l.node, "def") // restarted: a server of its own
+	assert.NoError(t, submit(l, Write).result(t).Err)
+}
+
+// resends picks, after the first NOSCRIPT of a batch, the calls the node
+// lacked and the later calls that ran on their keys.
+func TestResends(t *testing.T) {
+	noscript := redis.ErrNoScript
+	call := func(k Kind, key string, err error) *Call { return &Call{Kind: k, Keys: []string{key}, res: Result{Err: err}} }
+	acq := func(key string, err error) *Call { return call(Write, key, err) }
+	rel := func(key string, err error) *Call { return call(Release, key, err) }
+	cases := []struct {
+		name  string
+		batch []*Call
+		want  []int // indexes into batch
+	}{
+		{"no NOSCRIPT", []*Call{acq("a", nil), rel("a", nil)}, nil},
+		{"acquire lacked, its release ran", []*Call{acq("a", noscript), rel("a", nil)}, []int{0, 1}},
+		{"before the first NOSCRIPT stays", []*Call{rel("a", nil), acq("a", noscript), acq("b", nil)}, []int{1}},
+		{"chained through a re-sent key", []*Call{acq("a", noscript), {Kind: Write, Keys: []string{"a", "b"}}, rel("b", nil), rel("c", nil)}, []int{0, 1, 2}},
+		{"a network error did not surely run", []*Call{acq("a", noscript), rel("a", errors.New("read: connection reset"))}, []int{0}},
+	}
+	for _, tc := range cases {
+		var want []*Call
+		for _, i := range tc.want {
+			want = append(want, tc.batch[i])
+		}
+		assert.Equal(t, want, resends(tc.batch, true), tc.name)
+	}
+
+	// A detached worker's batch: only its releases go again.
+	late := []*Call{acq("a", noscript), rel("a", noscript), call(Cleanup, "b", noscript), acq("b", nil)}
+	assert.Equal(t, []*Call{late[1], late[2]}, resends(late, false), "after a silence")
+}
+
+// A node is named for people by its address, never with its password.
+func TestAddrOf(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
+	defer c.Close()
+	assert.Equal(t, "10.0.0.1:6379/2", AddrOf(c))
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:7000", "b:7000"}, Password: "pw"})
+	defer cc.Close()
+	assert.Equal(t, "cluster a:7000,b:7000", AddrOf(cc))
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:26379"}})
+	defer fc.Close()
+	assert.Equal(t, "sentinel failover group", AddrOf(fc))
+}
