@@ -137,7 +137,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
-	if p.cleanup {
+	if p.undoFailed {
 		as.cleanup = &cleanup{value: args[0]}
 	}
 	kind := lane.Write

@@ -3,12 +3,14 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/wake"
 )
 
 // Redlock runs the Redlock algorithm over N independent Redis nodes: a lock
@@ -24,7 +26,7 @@ import (
 type Redlock struct {
 	quorum  // the nodes, and the attempt that runs on them all
 	cfg     *config
-	wake    waker         // subscriptions to release announcements, see WithWakeOnRelease
+	wake    *wake.Waker   // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
 	workers flight.Flight // every node worker and held release (see internal/lane)
 	servers lane.Servers  // which node is which server
 }
@@ -81,6 +83,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	for i, c := range clients {
 		r.nodes[i] = lane.NewNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
 	}
+	r.wake = wake.New(announcers(r.nodes), valueLen)
 	return r, nil
 }
 
@@ -338,4 +341,56 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		safely(obs.Released, ReleasedInfo{Resources: lock.Resources(), Held: time.Since(life.granted)})
 	}
 	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
+}
+
+// closeWait is the least time Close waits for what is still in flight (two
+// node timeouts when that is longer).
+const closeWait = time.Second
+
+// Close ends the Redlock's subscriptions to release announcements (one
+// connection per node, opened by the first Acquire that had to wait; on a
+// Cluster, one per resource being waited for), sends at once the releases
+// held for nodes that had not replied, and waits for the subscription
+// goroutines and for every call and release still in flight, for at least a
+// second (two node timeouts when that is longer). It does not close the
+// clients given to New, which stay the caller's: close the Redlock before a
+// process exits, then the clients, so that nothing it sent is cut off. After
+// Close, Acquire, Extend, Release and Using still work (waiting Acquires
+// retry on their delay alone), but a release that gets no reply is no
+// longer sent again. Close is idempotent and safe for concurrent use. It
+// returns an error when something was still waiting for a node that had not
+// answered by then: a call inside the client ends when the client's read
+// times out or the client is closed; a release not sent is given up. Close
+// itself leaves no goroutine behind.
+func (r *Redlock) Close() error {
+	if r == nil || r.wake == nil { // nil, or not made by New
+		return nil
+	}
+	// The waiters wake at once: they retry now, then on their delay.
+	subs, first := r.wake.Close()
+	if !first {
+		return nil
+	}
+	// Held releases go out now, past their breakers: the node may have
+	// come back since their last try.
+	for _, nd := range r.nodes {
+		nd.Flush()
+	}
+	wait := max(closeWait, 2*r.cfg.nodeTimeout)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, g := range []struct {
+		f    *flight.Flight
+		what string
+	}{{subs, "a subscription is still connecting to"}, {&r.workers, "a call or a release is still waiting for"}} {
+		select {
+		case <-g.f.Wait():
+		case <-t.C:
+			r.workers.Stop()
+			return fmt.Errorf("redlock: close: %s a node that has not answered after %v; a call ends when the client's "+
+				"read times out or the client is closed, and a release not sent by then is given up", g.what, wait)
+		}
+	}
+	r.workers.Stop()
+	return nil
 }

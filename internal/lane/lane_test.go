@@ -237,7 +237,9 @@ func TestTwinCallsAreNotSent(t *testing.T) {
 // lacked and the later calls that ran on their keys.
 func TestResends(t *testing.T) {
 	noscript := redis.ErrNoScript
-	call := func(k Kind, key string, err error) *Call { return &Call{Kind: k, Keys: []string{key}, res: Result{Err: err}} }
+	call := func(k Kind, key string, err error) *Call {
+		return &Call{Kind: k, Keys: []string{key}, res: Result{Err: err}}
+	}
 	acq := func(key string, err error) *Call { return call(Write, key, err) }
 	rel := func(key string, err error) *Call { return call(Release, key, err) }
 	cases := []struct {

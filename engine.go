@@ -1,0 +1,321 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"math"
+	mrand "math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redlock/redlock/internal/wake"
+)
+
+// The retry loop: one operation's attempts, the pauses between them, and
+// what ends them. The quorum (quorum.go) runs each attempt; a plan says what
+// the operation does differently.
+
+// outcome is what execute settled on.
+type outcome struct {
+	attempts []ExecutionStats
+	tries    int             // attempts made
+	win      *ExecutionStats // the successful attempt, or nil
+	value    string          // acquire: the successful attempt's value
+	token    uint64          // fenced acquire: the successful attempt's token
+	err      *ExecutionError
+}
+
+// run is one call's state, which the engine owns: the plan it runs is
+// never written.
+type run struct {
+	r       *Redlock
+	ctx     context.Context
+	cfg     *config
+	p       *plan
+	o       outcome
+	start   time.Time
+	timeout time.Duration // each attempt's wait for the nodes
+	d       time.Duration // the drift of p.ttl
+	tries   int
+	args    []any // this attempt's ARGV: p.args, or with a fresh value
+	// deleted marks, for a release, the nodes that deleted the value in any
+	// attempt of the call (an answer that came late included): they count
+	// for in later attempts, where the value is gone by our own doing.
+	deleted  []atomic.Bool
+	cleaning *cleanup        // the last failed attempt's release of its writes
+	last     *ExecutionError // why the last attempt that ctx did not cut short failed
+	waits    bool            // the call may wait for a release announcement
+	wt       *wake.Waiter    // its place among the waiters, once it waits
+	window   time.Time       // free wakes end here
+}
+
+// execute runs p until an attempt succeeds, the retries are used up, ctx
+// ends, or the outcome cannot change by retrying (the lock lost for good, or
+// nodes refusing what retrying cannot fix).
+func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
+	c := &run{r: r, ctx: ctx, cfg: cfg, p: p, start: time.Now(), args: p.args}
+	// Each attempt waits for the nodes for at most the node timeout, and
+	// never past the validity of the ttl it writes (an answer after that
+	// could not be used); a failed Acquire waits as long for its cleanup.
+	c.timeout = cfg.nodeTimeout
+	if p.ttl > 0 {
+		c.d = drift(cfg.driftFactor, p.ttl)
+		c.timeout = min(c.timeout, p.ttl-c.d)
+	}
+	if p.op == OpRelease {
+		c.deleted = make([]atomic.Bool, r.size())
+	}
+	if err := ctx.Err(); err != nil {
+		return c.fail(&ExecutionError{reason: "not attempted", ctxErr: err})
+	}
+	c.window = time.Now().Add(time.Duration(max(cfg.retryCount, 0)) * cfg.retryDelay)
+	// A waiting Acquire wakes when one of its resources is released. It
+	// joins the waiters after its first failed attempt, so that an
+	// uncontended Acquire pays nothing; a release between that attempt and
+	// joining costs at most one retry delay.
+	c.waits = p.waits && cfg.wake && cfg.retryCount != 0
+	defer func() { r.wake.Leave(c.wt, c.o.win != nil) }()
+	// A call that may wait queues behind this Redlock's waiters for the same
+	// resources, when there are any, before its first attempt: trying at
+	// once would jump the queue, and could split the nodes with the head's
+	// attempt at the next release.
+	if c.waits {
+		if c.wt = r.wake.Join(p.res, true); c.wt != nil {
+			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
+				return c.fail(&ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
+			}
+		}
+	}
+	for i := 0; ; i++ {
+		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
+			return c.fail(&ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
+		}
+		st, as := c.try()
+		if len(st.VotesFor) >= r.needed() && !st.Late {
+			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
+			return c.o
+		}
+		if e := c.judge(st, as); e != nil {
+			return c.fail(e)
+		}
+		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
+			return c.fail(c.last)
+		}
+		s := c.pause(len(st.VotesFor) > 0)
+		if !s.alive {
+			e := *c.last
+			e.ctxErr = ctx.Err()
+			return c.fail(&e)
+		}
+		if s.woken && time.Now().Before(c.window) {
+			// A wake is a free retry within the window the options
+			// promise (retries × delay), whatever is announced; past it,
+			// wakes count, so that a storm of them cannot retry for ever.
+			i--
+		}
+	}
+}
+
+// try makes one attempt (with a fenced acquire's write-back), records it,
+// and tells the observer.
+func (c *run) try() (ExecutionStats, *attemptState) {
+	p, q := c.p, c.r.needed()
+	if p.freshValue {
+		// A fresh slice: the previous attempt's calls may still read theirs.
+		c.o.value = randomValue()
+		c.args = []any{c.o.value, p.args[1]}
+	}
+	c.tries++
+	began := time.Now()
+	st, as := c.r.attempt(c.ctx, c.cfg, p, c.args, c.deleted, c.timeout)
+	if p.fenced && len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-c.d {
+		st, c.o.token = c.r.writeBack(c.ctx, c.cfg, p, c.o.value, st, as, p.ttl-c.d)
+	}
+	if len(st.VotesFor) >= q && p.ttl > 0 && time.Since(st.Start) >= p.ttl-c.d {
+		st.Late = true
+	}
+	if c.cfg.retryCount == -1 {
+		c.o.attempts = append(c.o.attempts[:0], st) // unlimited: keep the last only
+	} else {
+		c.o.attempts = append(c.o.attempts, st)
+	}
+	if obs := c.cfg.observer; obs != nil && obs.Attempt != nil {
+		info := AttemptInfo{Op: p.op, Resources: append([]string(nil), p.res...), Number: c.tries, Stats: cloneStats(st), Took: time.Since(began),
+			Won: len(st.VotesFor) >= q && !st.Late}
+		if p.ttl > 0 {
+			info.Validity, info.Drift = p.ttl-c.d, c.d
+		}
+		safely(obs.Attempt, info)
+	}
+	return st, as
+}
+
+// judge reads a failed attempt: it starts the release of what the attempt
+// may have written, and returns the error that ends the call when retrying
+// cannot change the outcome (else nil, with c.last set to why it failed).
+func (c *run) judge(st ExecutionStats, as *attemptState) *ExecutionError {
+	p, n, q := c.p, c.r.size(), c.r.needed()
+	held, refusals := 0, 0 // votes "held by another" / "no longer ours"; refusals retrying cannot fix
+	var refusal *NodeError
+	for _, v := range st.VotesAgainst {
+		switch {
+		case isLocked(v.Err) && v.Op == p.op: // a write-back's "gone" is not contention
+			held++
+		case refused(v.Err) != nil:
+			if refusals++; refusal == nil {
+				refusal = v
+			}
+		}
+	}
+	// A failed attempt releases what it may have written before anything
+	// else happens (node-redlock v5 keeps partial holds across retries, and
+	// waiters on one resource can then split the nodes between them until
+	// they give up). Only a node that said "held by another" surely wrote
+	// nothing; a vote for, an error, or no answer yet may all mean a write.
+	// The release runs even when ctx has ended, and is not waited for here.
+	if p.undoFailed && held < n {
+		c.cleaning = as.releaseWrites()
+	}
+	// A quorum of "not held" for extend or release cannot change by
+	// retrying: the value is gone from those nodes for good.
+	if p.contended == nil && held > n-q {
+		return &ExecutionError{reason: tally(p.op, st, held), sentinel: ErrLockExpired, against: st.VotesAgainst}
+	}
+	// Neither can a quorum out of reach for refusals: a wrong password, an
+	// ACL, keys in different Cluster slots.
+	if refusals > n-q {
+		return refusalError(refusal, refusals, n, st.VotesAgainst)
+	}
+	// Contention is judged on the last attempt that ctx did not cut short:
+	// one cut mid-way holds ctx errors, not the nodes' answers.
+	if err := c.ctx.Err(); err != nil {
+		e := &ExecutionError{reason: "cut short", ctxErr: err}
+		if c.last != nil {
+			e.reason, e.sentinel, e.against = c.last.reason, c.last.sentinel, c.last.against
+		}
+		return e
+	}
+	c.last = &ExecutionError{reason: tally(p.op, st, held), against: st.VotesAgainst}
+	if p.contended != nil && held > n-q {
+		c.last.sentinel = p.contended
+	}
+	if p.pastUntil == oneAttemptPastUntil && !time.Now().Before(p.until) {
+		c.last.reason = "the lock expired before it could be released, and one attempt did not find it on a quorum: " + c.last.reason
+		c.last.sentinel = ErrLockExpired
+		return c.last
+	}
+	return nil
+}
+
+// pause waits between attempts: the retry delay, or until a release wakes
+// the call. split: the attempt got some votes for, yet no quorum (another
+// waiter took the rest).
+func (c *run) pause(split bool) slept {
+	p := c.p
+	if c.wt == nil && c.waits {
+		c.wt = c.r.wake.Join(p.res, false)
+	}
+	var s slept
+	paused := time.Now()
+	if p.freshValue && split {
+		s = sleepOrWakeSpread(c.ctx, retryDelay(c.cfg), c.wt.C())
+	} else {
+		s = sleepOrWake(c.ctx, retryDelay(c.cfg), c.wt.C())
+	}
+	if obs := c.cfg.observer; obs != nil && obs.Wait != nil {
+		safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
+	}
+	return s
+}
+
+// fail ends the call with e. A failed Acquire returns once its cleanup has
+// been answered (by the nodes that answered the acquire, within a node
+// timeout), as node-redlock does: a process that exits right after leaves
+// nothing behind (on nodes whose round trip takes less than half the
+// wait). A call cut short by ctx does not wait.
+func (c *run) fail(e *ExecutionError) outcome {
+	e.Op, e.Resources, e.Attempts, e.tries, e.took = c.p.op, c.p.res, c.o.attempts, c.tries, time.Since(c.start)
+	c.o.err, c.o.tries = e, c.tries
+	if c.cleaning != nil && c.ctx.Err() == nil {
+		c.cleaning.await(c.ctx, c.timeout)
+	}
+	return c.o
+}
+
+// slept is how a pause between attempts ended.
+type slept struct {
+	alive bool // ctx has not ended
+	woken bool // a wake ended it early
+}
+
+// sleepFor waits for d, or until ctx ends.
+func sleepFor(ctx context.Context, d time.Duration) slept {
+	return sleepOrWake(ctx, d, nil)
+}
+
+// sleepOrWake waits for d, or for a wake (a nil channel: none), or until
+// ctx ends.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) slept {
+	if d <= 0 {
+		return slept{alive: ctx.Err() == nil}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return slept{alive: true}
+	case <-wake:
+		return slept{alive: ctx.Err() == nil, woken: true}
+	case <-ctx.Done():
+		return slept{}
+	}
+}
+
+// sleepOrWakeSpread is sleepOrWake for a waiter that just split the nodes
+// with a competitor: waiters in other Redlocks (other processes) wake on the
+// same announcement, so a wake is followed by a random pause of up to a
+// millisecond, and one of them usually takes every node before the other
+// tries.
+func sleepOrWakeSpread(ctx context.Context, d time.Duration, wake <-chan struct{}) slept {
+	s := sleepOrWake(ctx, d, wake)
+	if s.woken {
+		s.alive = sleepFor(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond)))).alive
+	}
+	return s
+}
+
+// drift is the part of a ttl that is not trusted because the nodes' clocks
+// may run at different rates: round(f*ttl) + 2ms, as in node-redlock (and
+// the Redis distlock spec's "small constant" for the Redis expiry resolution).
+//
+// A drift that would reach the ttl is capped at the ttl (no validity left,
+// which validateTTL refuses); the cap also keeps the conversion back to a
+// Duration from overflowing for ttls near the largest Duration.
+func drift(f float64, ttl time.Duration) time.Duration {
+	ms := math.Round(f*float64(ttl/time.Millisecond)) + 2
+	if ms >= float64(ttl/time.Millisecond) {
+		return ttl
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// retryDelay returns delay + a uniform jitter in [-j, j), never below 0, as
+// node-redlock's max(0, delay + floor((rand*2-1)*j)).
+func retryDelay(cfg *config) time.Duration {
+	d := cfg.retryDelay
+	if j := cfg.retryJitter; j > 0 {
+		d += time.Duration((mrand.Float64()*2 - 1) * float64(j))
+	}
+	return max(d, 0)
+}
+
+// valueLen is the length of a lock's value.
+const valueLen = 32
+
+// randomValue returns valueLen random hex characters, unique to one lock.
+func randomValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,358 @@
+// Package wake wakes waiting lock calls when a resource they wait for is
+// released: it holds the queues of waiters, per set of resources, and the
+// pub/sub subscriptions that hear the release announcements. The nodes, their
+// channels and the announcements' format are handed in; it imports nothing
+// of redlock's.
+package wake
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/flight"
+)
+
+// ResubscribeAfter is how long a subscription waits before trying again
+// after it failed (pub/sub not allowed, the node down): meanwhile the
+// waiters fall back to their retry delay.
+const ResubscribeAfter = time.Second
+
+// Source is one subscription to open: Open subscribes (on a node's client),
+// and Sick, when set, reports that the node looks silent, so that no
+// goroutine parks in a client connecting to it.
+type Source struct {
+	Open func(context.Context) *redis.PubSub
+	Sick func() bool
+}
+
+// Nodes says which subscriptions a Waker opens.
+type Nodes interface {
+	// Shared returns the subscriptions opened on the first wait, shared by
+	// every waiter: one per node that announces every release on one
+	// channel.
+	Shared() []Source
+	// PerKey returns the subscriptions opened for the first waiter of key,
+	// and closed when its last waiter leaves: one per node that announces
+	// each resource on a channel of its own (a Cluster).
+	PerKey(key string) []Source
+}
+
+// New returns a Waker that opens nodes' subscriptions when the first waiter
+// comes. An announcement's payload is a value of valueLen bytes, then the
+// released resource.
+func New(nodes Nodes, valueLen int) *Waker {
+	return &Waker{nodes: nodes, skip: valueLen}
+}
+
+// Waker wakes waiting Acquires when a resource they wait for is released.
+//
+// For each node that announces every release on one channel (a Redis
+// server, or a Sentinel group) it holds one subscription, shared by every
+// waiter, started on the first wait. For each node that announces each
+// resource on a channel of its own (a Cluster, with sharded pub/sub) it
+// holds one subscription per resource that has waiters, ended when the last
+// one leaves. Close ends them all.
+//
+// Waiters for the same resources queue in a group, first come first
+// served: an announcement wakes only the group's longest waiter. Waking them
+// all would have them split the nodes between them (so that no one gets a
+// quorum and all retry), and would let a waiter lose again and again; the
+// other members would fail anyway, since one of them gets the lock.
+type Waker struct {
+	nodes   Nodes
+	skip    int // an announcement is a value of this length, then the resource
+	mu      sync.Mutex
+	closed  bool
+	ctx     context.Context // ends with Close
+	cancel  context.CancelFunc
+	running flight.Flight       // the subscription goroutines
+	subs    map[*sub]struct{}   // every live subscription
+	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
+	groups  map[string]*group   // by groupID
+	byKey   map[string][]*group // the groups that wait for a resource
+}
+
+// sub is one subscription and its goroutine.
+type sub struct {
+	cancel context.CancelFunc
+	ps     *redis.PubSub // guarded by waker.mu; nil while not subscribed
+}
+
+// group is the queue of waiters for one set of resources.
+type group struct {
+	id    string
+	keys  []string
+	queue []*Waiter // in the order they registered
+}
+
+// Waiter is one waiting Acquire.
+type Waiter struct {
+	group *group
+	wake  chan struct{} // holds one pending wake
+}
+
+// groupID names a set of resources whatever their order.
+func groupID(keys []string) string {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	var b strings.Builder
+	for _, k := range sorted {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// Join queues a waiter for keys, woken when one of them is announced as
+// released while it heads its group's queue; its channel holds one wake, so
+// that a storm of announcements yields at most one pending wake. It returns
+// nil when the Waker is closed. With queuedOnly, it does so only when other
+// waiters wait for the same resources already (an Acquire about to make its
+// first attempt queues behind them); otherwise (an uncontended Acquire) it
+// does nothing and returns nil. The caller must call Leave with a non-nil
+// Waiter.
+func (w *Waker) Join(keys []string, queuedOnly bool) *Waiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || queuedOnly && len(w.groups) == 0 {
+		return nil // closed, or no waiter at all: an uncontended Acquire pays no more
+	}
+	id := groupID(keys)
+	g := w.groups[id] // nil map before the first wait
+	if queuedOnly && (g == nil || len(g.queue) == 0) {
+		return nil
+	}
+	if w.groups == nil { // first wait: subscribe
+		w.start()
+	}
+	if g == nil {
+		g = &group{id: id, keys: keys}
+		w.groups[id] = g
+		for _, k := range keys {
+			if len(w.byKey[k]) == 0 {
+				w.watchKey(k)
+			}
+			w.byKey[k] = append(w.byKey[k], g)
+		}
+	}
+	wt := &Waiter{group: g, wake: make(chan struct{}, 1)}
+	g.queue = append(g.queue, wt)
+	return wt
+}
+
+// Leave removes wt from its group. A head that leaves without the lock
+// (cancelled, out of retries) passes a wake on to the next in line: the wake
+// it may have taken must not be lost to the others. A nil wt is ignored.
+func (w *Waker) Leave(wt *Waiter, acquired bool) {
+	if wt == nil {
+		return
+	}
+	w.mu.Lock()
+	var stop []*redis.PubSub
+	defer func() {
+		w.mu.Unlock()
+		closeAll(stop)
+	}()
+	g := wt.group
+	i := slices.Index(g.queue, wt)
+	if i >= 0 {
+		g.queue = slices.Delete(g.queue, i, i+1)
+	}
+	if len(g.queue) > 0 {
+		if i == 0 && !acquired {
+			g.queue[0].poke()
+		}
+		return
+	}
+	if w.groups[g.id] != g {
+		return // dropped by Close
+	}
+	delete(w.groups, g.id)
+	for _, k := range g.keys {
+		gs := slices.DeleteFunc(w.byKey[k], func(o *group) bool { return o == g })
+		if len(gs) > 0 {
+			w.byKey[k] = gs
+			continue
+		}
+		delete(w.byKey, k)
+		for _, s := range w.keySubs[k] {
+			s.cancel()
+			delete(w.subs, s)
+			if s.ps != nil {
+				stop = append(stop, s.ps)
+			}
+		}
+		delete(w.keySubs, k)
+	}
+}
+
+// start opens the shared subscriptions. Called with mu held.
+func (w *Waker) start() {
+	w.groups = map[string]*group{}
+	w.byKey = map[string][]*group{}
+	w.subs = map[*sub]struct{}{}
+	w.keySubs = map[string][]*sub{}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	for _, s := range w.nodes.Shared() {
+		w.listen(s)
+	}
+}
+
+// watchKey opens key's own subscriptions, for the first waiter of key.
+// Called with mu held, after start.
+func (w *Waker) watchKey(key string) {
+	for _, s := range w.nodes.PerKey(key) {
+		w.keySubs[key] = append(w.keySubs[key], w.listen(s))
+	}
+}
+
+// listen starts a subscription, and its goroutine, which
+// dispatches the announcements until the subscription is cancelled or the
+// waker closed. A node that refuses or loses the subscription is tried
+// again after ResubscribeAfter; its waiters meanwhile rely on the delay. So
+// is a node (a Cluster shard) whose circuit is open: connecting to a node
+// that does not answer would park this goroutine in the client, out of
+// reach of Close. Called with mu held.
+func (w *Waker) listen(src Source) *sub {
+	ctx, cancel := context.WithCancel(w.ctx)
+	s := &sub{cancel: cancel}
+	w.subs[s] = struct{}{}
+	w.running.Add()
+	go func() {
+		defer w.running.Done()
+		for ctx.Err() == nil {
+			if src.Sick != nil && src.Sick() {
+				pause(ctx, ResubscribeAfter)
+				continue
+			}
+			ps := src.Open(ctx)
+			w.mu.Lock()
+			if ctx.Err() != nil { // cancelled or closed meanwhile
+				w.mu.Unlock()
+				_ = ps.Close()
+				return
+			}
+			s.ps = ps
+			w.mu.Unlock()
+			w.receive(ctx, ps)
+			w.mu.Lock()
+			s.ps = nil
+			w.mu.Unlock()
+			_ = ps.Close()
+			pause(ctx, ResubscribeAfter)
+		}
+	}()
+	return s
+}
+
+// pause waits for d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// receive dispatches ps's announcements until it fails, is closed, or the
+// node ends the subscription (a Cluster does when the slot moves).
+func (w *Waker) receive(ctx context.Context, ps *redis.PubSub) {
+	for {
+		// Receive reconnects by itself after a network error; Close
+		// ends it. A node that does not allow pub/sub answers the
+		// subscription with an error.
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			w.notify(m.Payload)
+		case *redis.Subscription:
+			if m.Count == 0 { // unsubscribed by the node
+				return
+			}
+		}
+	}
+}
+
+// closeAll closes subscriptions whose contexts are cancelled: that does not
+// interrupt a Receive waiting for the node, closing it does.
+func closeAll(subs []*redis.PubSub) {
+	for _, ps := range subs {
+		_ = ps.Close()
+	}
+}
+
+// notify wakes, without blocking, the head of each group waiting for the
+// resource an announcement names. (The cleanup of a failed attempt announces
+// nothing, so a waiter is never woken by its own.)
+func (w *Waker) notify(payload string) {
+	if len(payload) <= w.skip {
+		return // not one of ours
+	}
+	key := payload[w.skip:]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, g := range w.byKey[key] {
+		if len(g.queue) == 0 {
+			continue
+		}
+		g.queue[0].poke()
+	}
+}
+
+// poke leaves one wake pending, unless one already is.
+func (wt *Waiter) poke() {
+	select {
+	case wt.wake <- struct{}{}:
+	default:
+	}
+}
+
+// C returns the wake channel, nil for a nil waiter (never ready).
+func (wt *Waiter) C() <-chan struct{} {
+	if wt == nil {
+		return nil
+	}
+	return wt.wake
+}
+
+// Close ends every subscription, wakes every waiter at once (they retry
+// now, then on their delay alone), and returns the Flight of the
+// subscription goroutines, to wait for. Later Joins return nil. It reports
+// false when the Waker was closed already.
+func (w *Waker) Close() (*flight.Flight, bool) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return &w.running, false
+	}
+	w.closed = true
+	var subs []*redis.PubSub
+	for s := range w.subs {
+		if s.ps != nil {
+			subs = append(subs, s.ps)
+		}
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+	for _, g := range w.groups {
+		for _, wt := range g.queue {
+			wt.poke()
+		}
+	}
+	w.groups, w.byKey, w.keySubs, w.subs = nil, nil, nil, nil
+	w.mu.Unlock()
+	closeAll(subs)
+	return &w.running, true
+}

@@ -1,0 +1,143 @@
+package wake
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// node is a real server as a Waker hears it: announcements on channel
+// "rel", as value + resource with a value of 4 bytes.
+type node struct {
+	c    *redis.Client
+	sick atomic.Bool
+}
+
+func (n *node) Shared() []Source {
+	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return n.c.Subscribe(ctx, "rel") }, Sick: n.sick.Load}}
+}
+
+func (n *node) PerKey(string) []Source { return nil }
+
+// announce publishes the release of resource by a lock of value v.
+func (n *node) announce(t *testing.T, v, resource string) {
+	t.Helper()
+	require.NoError(t, n.c.Publish(context.Background(), "rel", v+resource).Err())
+}
+
+// woken reports whether wt is woken within d.
+func woken(wt *Waiter, d time.Duration) bool {
+	select {
+	case <-wt.C():
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// subscribed waits until the node has n subscribers to "rel".
+func subscribed(t *testing.T, n *node, want int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		m, err := n.c.PubSubNumSub(context.Background(), "rel").Result()
+		return err == nil && m["rel"] == want
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// Waiters for one set of resources queue first come, first served: an
+// announcement wakes only the head; a head that leaves without the lock
+// passes its wake on; an announcement of another resource, or one too short
+// to be ours, wakes no one. Close wakes everyone and ends the subscription.
+func TestQueueAndWake(t *testing.T) {
+	n := &node{c: redistest.StartNode(t).Client()}
+	w := New(n, 4)
+	assert.Nil(t, w.Join([]string{"a"}, true), "no waiters: an uncontended call does not queue")
+	first := w.Join([]string{"a", "b"}, false)
+	second := w.Join([]string{"b", "a"}, false) // the same set, in another order
+	require.NotNil(t, first)
+	subscribed(t, n, 1)
+	assert.NotNil(t, w.Join([]string{"a", "b"}, true), "waiters: a new call queues behind them")
+
+	n.announce(t, "vvvv", "a")
+	assert.True(t, woken(first, 5*time.Second), "the head is woken")
+	assert.False(t, woken(second, 50*time.Millisecond), "only the head")
+	n.announce(t, "vvvv", "c")
+	n.announce(t, "vv", "")
+	assert.False(t, woken(first, 50*time.Millisecond), "another resource, or not ours")
+
+	n.announce(t, "vvvv", "b")
+	require.Eventually(t, func() bool { return len(first.wake) == 1 }, 5*time.Second, time.Millisecond)
+	w.Leave(first, false) // left without the lock: the wake goes on
+	assert.True(t, woken(second, 5*time.Second), "the next in line takes the wake")
+
+	subs, ok := w.Close()
+	require.True(t, ok)
+	assert.True(t, woken(second, time.Second), "Close wakes every waiter")
+	select {
+	case <-subs.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a subscription goroutine is left")
+	}
+	subscribed(t, n, 0)
+	assert.Nil(t, w.Join([]string{"a"}, false), "closed")
+	_, ok = w.Close()
+	assert.False(t, ok, "Close twice")
+}
+
+// A node that looks silent is not subscribed to until it answers again: no
+// goroutine parks in a client connecting to it.
+func TestSickNodeIsNotSubscribed(t *testing.T) {
+	n := &node{c: redistest.StartNode(t).Client()}
+	n.sick.Store(true)
+	w := New(n, 4)
+	wt := w.Join([]string{"a"}, false)
+	time.Sleep(100 * time.Millisecond)
+	subscribed(t, n, 0)
+	n.sick.Store(false)
+	subscribed(t, n, 1) // within ResubscribeAfter
+	n.announce(t, "vvvv", "a")
+	assert.True(t, woken(wt, 5*time.Second))
+	w.Leave(wt, true)
+	subs, _ := w.Close()
+	<-subs.Wait()
+}
+
+// Per-key subscriptions (a Cluster's) open with a resource's first waiter
+// and close with its last.
+func TestPerKeySubscriptions(t *testing.T) {
+	srv := redistest.StartNode(t).Client()
+	k := &perKey{c: srv}
+	w := New(k, 4)
+	a := w.Join([]string{"a"}, false)
+	a2 := w.Join([]string{"a"}, false)
+	count := func() int64 {
+		m, err := srv.PubSubNumSub(context.Background(), "rel:a").Result()
+		require.NoError(t, err)
+		return m["rel:a"]
+	}
+	require.Eventually(t, func() bool { return count() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, srv.Publish(context.Background(), "rel:a", "vvvva").Err())
+	assert.True(t, woken(a, 5*time.Second))
+	w.Leave(a, true)
+	assert.Equal(t, int64(1), count(), "a waiter is left")
+	w.Leave(a2, false)
+	require.Eventually(t, func() bool { return count() == 0 }, 5*time.Second, 5*time.Millisecond, "the last waiter closed it")
+	subs, _ := w.Close()
+	<-subs.Wait()
+}
+
+type perKey struct{ c *redis.Client }
+
+func (p *perKey) Shared() []Source { return nil }
+func (p *perKey) PerKey(key string) []Source {
+	ch := "rel:" + strings.TrimSpace(key)
+	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return p.c.Subscribe(ctx, ch) }}}
+}
