@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/lane"
 )
 
 // Replica acknowledgement (WithReplicaAck, WithAOFAck): a node's vote for
@@ -40,12 +42,12 @@ func (e *ReplicaAckError) Error() string {
 // checkAck refuses a replica wait that a node's client would cut short: go-redis
 // reads WAIT's answer under the client's ReadTimeout, and a client that gives
 // up first looks like a silent node.
-func (r *Redlock) checkAck(cfg *config) error {
+func checkAck(nodes []*lane.Node, cfg *config) error {
 	if cfg.ack == nil {
 		return nil
 	}
 	need := cfg.ack.Timeout + 100*time.Millisecond // the node ends a WAIT up to 1000/hz ms late
-	for _, nd := range r.nodes {
+	for _, nd := range nodes {
 		var rt time.Duration
 		switch c := nd.Client().(type) {
 		case *redis.Client:

@@ -140,7 +140,7 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	if err := validateTTL(ttl, cfg); err != nil {
 		return refused(err)
 	}
-	if err := r.checkAck(cfg); err != nil {
+	if err := checkAck(r.nodes, cfg); err != nil {
 		return refused(err)
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
@@ -216,7 +216,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	if err := validateTTL(ttl, cfg); err != nil {
 		return nil, err
 	}
-	if err := r.checkAck(cfg); err != nil {
+	if err := checkAck(r.nodes, cfg); err != nil {
 		return nil, err
 	}
 	spent := func(reason string) error {

@@ -68,7 +68,7 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give Using a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
 	}
 	// An extension may wait a whole node timeout for its quorum.
-	if err := r.checkAck(cfg); err != nil {
+	if err := checkAck(r.nodes, cfg); err != nil {
 		return err
 	}
 	if cfg.extensionThreshold < cfg.nodeTimeout {
