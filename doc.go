@@ -238,10 +238,11 @@
 // # Contributing
 //
 // CONTRIBUTING.md in the repository says which file holds what (redlock.go
-// the API and validation, retry.go the retry loop and its plans, quorum.go
-// the attempt and the vote, node.go the node, its lanes and breaker, wake.go
-// waiting, using.go Using, fence.go fencing tokens) and how to run the tests, the safety harness and
-// the benchmarks.
+// the API, plan.go the operations, engine.go the retry loop, quorum.go the
+// attempt and the vote, attempt.go what a node's answer votes; under
+// internal/, lane the nodes, their lanes and breakers, script the Lua, wake
+// the waiters), what each package may import, and how to run the tests, the
+// safety harness and the benchmarks.
 //
 // # From node-redlock
 //

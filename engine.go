@@ -13,8 +13,8 @@ import (
 )
 
 // The retry loop: one operation's attempts, the pauses between them, and
-// what ends them. The quorum (quorum.go) runs each attempt; a plan says what
-// the operation does differently.
+// what ends them. The quorum (quorum.go) runs each attempt; a plan (plan.go)
+// says what the operation does differently.
 
 // outcome is what execute settled on.
 type outcome struct {

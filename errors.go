@@ -300,7 +300,7 @@ type refusal struct {
 // aclRemedy is what to do about an ACL that forbids what a lock runs.
 const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
 	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys (and, with WithFencing, " +
-	"GET and SET on its counters, " + fencePrefix + "*)"
+	"GET and SET on its counters, " + script.FencePrefix + "*)"
 
 // refusals are the error replies that end a call at once when they keep it
 // from a quorum. Replies that a failover, a restart or time can change
@@ -311,12 +311,12 @@ var refusals = []refusal{
 	{prefix: "WRONGPASS", what: "the client's Username or Password is wrong for this node, or the user is disabled"},
 	{prefix: "NOPERM", what: aclRemedy},
 	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
-	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + fencePrefix + "{...}:resource) names a key that holds other data: " +
+	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + script.FencePrefix + "{...}:resource) names a key that holds other data: " +
 		"give locks keys of their own (a prefix such as \"lock:\")"},
 	{prefix: script.ExhaustedCounter, what: "the counter reached 2^53-1, the largest token redlock can draw (Lua's numbers are doubles): " +
 		"the protected resource must be moved to a new resource name"},
 	{prefix: script.BadCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
-		"and never write to " + fencePrefix + "* keys"},
+		"and never write to " + script.FencePrefix + "* keys"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
 	{prefix: "ERR unknown command 'WAITAOF'", what: "WithAOFAck needs WAITAOF, which Redis 7.2 added: upgrade the node, " +

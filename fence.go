@@ -24,9 +24,6 @@ import (
 //
 // The argument that tokens grow is in the package doc ("Fencing tokens").
 
-// fencePrefix starts the name of every fencing counter.
-const fencePrefix = "redlock:fence:"
-
 // FenceKey returns the key under which every node keeps resource's fencing
 // counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is
 // resource's hash tag, or resource itself when it has none (or, for a
@@ -43,7 +40,7 @@ func FenceKey(resource string) string { return fenceKey(resource) }
 // slot's number tag (slot.NumberTag), cached per slot. No two resources share a
 // counter: the resource is the key's tail, after the first "}:".
 func fenceKey(resource string) string {
-	return fencePrefix + "{" + slot.Tag(resource) + "}:" + resource
+	return script.FencePrefix + "{" + slot.Tag(resource) + "}:" + resource
 }
 
 // fencedKeys returns the KEYS of a fenced script: the resources, then their

@@ -68,14 +68,16 @@ func acquirePlan(keys []string, ttl time.Duration) *plan {
 		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true}
 }
 
-// extendPlan sets the ttl of lock's keys to ttl.
-func extendPlan(lock *Lock, ttl time.Duration) *plan {
-	return &plan{op: OpExtend, s: script.Extend, keys: lock.resources, res: lock.resources, args: []any{lock.value, int64(ttl / time.Millisecond)},
-		ttl: ttl, until: lock.until(), pastUntil: refusePastUntil}
+// extendPlan sets the ttl of a lock's resources, which hold value until
+// until, to ttl.
+func extendPlan(resources []string, value string, until time.Time, ttl time.Duration) *plan {
+	return &plan{op: OpExtend, s: script.Extend, keys: resources, res: resources, args: []any{value, int64(ttl / time.Millisecond)},
+		ttl: ttl, until: until, pastUntil: refusePastUntil}
 }
 
-// releasePlan deletes lock's keys, counting until as the lock's expiration.
-func releasePlan(lock *Lock, until time.Time) *plan {
-	return &plan{op: OpRelease, s: script.Release, keys: lock.resources, res: lock.resources, args: []any{lock.value},
+// releasePlan deletes a lock's resources where they hold value, counting
+// until as the lock's expiration.
+func releasePlan(resources []string, value string, until time.Time) *plan {
+	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: []any{value},
 		until: until, pastUntil: oneAttemptPastUntil}
 }

@@ -230,7 +230,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
-	p := extendPlan(lock, ttl)
+	p := extendPlan(lock.resources, lock.value, lock.until(), ttl)
 	p.acked = lock.cfg.ack != nil
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
@@ -320,7 +320,7 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	rp := releasePlan(lock, time.Unix(0, life.until.Load()))
+	rp := releasePlan(lock.resources, lock.value, time.Unix(0, life.until.Load()))
 	rp.acked = lock.cfg.ack != nil
 	o := r.execute(ctx, cfg, rp)
 	if out != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock/internal/redistest"
+	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/slot"
 )
 
@@ -59,7 +60,7 @@ func TestSlotsMatchTheCluster(t *testing.T) {
 			t.Errorf("%q and %q share the counter %q", other, k, fk)
 		}
 		counters[fk] = k
-		if fk != fencePrefix+"{"+slot.HashTag(k)+"}:"+k {
+		if fk != script.FencePrefix+"{"+slot.HashTag(k)+"}:"+k {
 			odd++
 		}
 	}

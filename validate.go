@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // Validation at the door: what New and every call refuse before anything
@@ -17,7 +19,7 @@ import (
 // with the same address (whatever their databases: several databases of
 // one server are one server), or two ClusterClients that share a seed
 // address. Other names of one server are found at first contact
-// (identity.go). That node would vote twice. (A FailoverClient's address is
+// (internal/lane's identity.go). That node would vote twice. (A FailoverClient's address is
 // resolved through its sentinels at run time, so it is not compared.)
 func distinctServers(clients []redis.UniversalClient) error {
 	seen := map[string]int{}
@@ -77,8 +79,8 @@ func validateResources(resources []string) error {
 		if res == "" {
 			return invalid("resources[%d] is empty", i)
 		}
-		if strings.HasPrefix(res, fencePrefix) {
-			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, fencePrefix)
+		if strings.HasPrefix(res, script.FencePrefix) {
+			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, script.FencePrefix)
 		}
 		for j := range i {
 			if resources[j] == res {

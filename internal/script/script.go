@@ -14,6 +14,10 @@ import (
 // exported ReleasedChannel).
 const ReleasedChannel = "redlock:released"
 
+// FencePrefix starts the name of every fencing counter: the fenced scripts'
+// KEYS hold, after the resources, their counters under it.
+const FencePrefix = "redlock:fence:"
+
 // MaxToken is the largest fencing token and counter: Lua's numbers are
 // doubles, exact for integers up to 2^53. A counter that reached it is
 // exhausted.

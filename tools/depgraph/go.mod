@@ -1,0 +1,3 @@
+module github.com/go-redlock/redlock/tools/depgraph
+
+go 1.24.0
