@@ -54,7 +54,7 @@ type run struct {
 // ends, or the outcome cannot change by retrying (the lock lost for good, or
 // nodes refusing what retrying cannot fix).
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
-	c := &run{r: r, ctx: ctx, cfg: cfg, p: p, start: time.Now(), args: p.args}
+	c := run{r: r, ctx: ctx, cfg: cfg, p: p, start: time.Now(), args: p.args}
 	// Each attempt waits for the nodes for at most the node timeout, and
 	// never past the validity of the ttl it writes (an answer after that
 	// could not be used); a failed Acquire waits as long for its cleanup.
