@@ -26,13 +26,12 @@ type outcome struct {
 	err      *ExecutionError
 }
 
-// run is one call's state, which the engine owns: the plan it runs is
-// never written.
+// run is one call's state, which the engine owns: the plan it runs (passed
+// to each step, never written) is not part of it.
 type run struct {
 	r       *Redlock
 	ctx     context.Context
 	cfg     *config
-	p       *plan
 	o       outcome
 	start   time.Time
 	timeout time.Duration // each attempt's wait for the nodes
@@ -54,7 +53,7 @@ type run struct {
 // ends, or the outcome cannot change by retrying (the lock lost for good, or
 // nodes refusing what retrying cannot fix).
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
-	c := run{r: r, ctx: ctx, cfg: cfg, p: p, start: time.Now(), args: p.args}
+	c := run{r: r, ctx: ctx, cfg: cfg, start: time.Now(), args: p.args}
 	// Each attempt waits for the nodes for at most the node timeout, and
 	// never past the validity of the ttl it writes (an answer after that
 	// could not be used); a failed Acquire waits as long for its cleanup.
@@ -67,7 +66,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		c.deleted = make([]atomic.Bool, r.size())
 	}
 	if err := ctx.Err(); err != nil {
-		return c.fail(&ExecutionError{reason: "not attempted", ctxErr: err})
+		return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: err})
 	}
 	c.window = time.Now().Add(time.Duration(max(cfg.retryCount, 0)) * cfg.retryDelay)
 	// A waiting Acquire wakes when one of its resources is released. It
@@ -83,30 +82,30 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	if c.waits {
 		if c.wt = r.wake.Join(p.res, true); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
-				return c.fail(&ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
+				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
 		}
 	}
 	for i := 0; ; i++ {
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
-			return c.fail(&ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
+			return c.fail(p, &ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
 		}
-		st, as := c.try()
+		st, as := c.try(p)
 		if len(st.VotesFor) >= r.needed() && !st.Late {
 			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
 			return c.o
 		}
-		if e := c.judge(st, as); e != nil {
-			return c.fail(e)
+		if e := c.judge(p, st, as); e != nil {
+			return c.fail(p, e)
 		}
 		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
-			return c.fail(c.last)
+			return c.fail(p, c.last)
 		}
-		s := c.pause(len(st.VotesFor) > 0)
+		s := c.pause(p, len(st.VotesFor) > 0)
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
-			return c.fail(&e)
+			return c.fail(p, &e)
 		}
 		if s.woken && time.Now().Before(c.window) {
 			// A wake is a free retry within the window the options
@@ -119,8 +118,8 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 
 // try makes one attempt (with a fenced acquire's write-back), records it,
 // and tells the observer.
-func (c *run) try() (ExecutionStats, *attemptState) {
-	p, q := c.p, c.r.needed()
+func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
+	q := c.r.needed()
 	if p.freshValue {
 		// A fresh slice: the previous attempt's calls may still read theirs.
 		c.o.value = randomValue()
@@ -154,8 +153,8 @@ func (c *run) try() (ExecutionStats, *attemptState) {
 // judge reads a failed attempt: it starts the release of what the attempt
 // may have written, and returns the error that ends the call when retrying
 // cannot change the outcome (else nil, with c.last set to why it failed).
-func (c *run) judge(st ExecutionStats, as *attemptState) *ExecutionError {
-	p, n, q := c.p, c.r.size(), c.r.needed()
+func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionError {
+	n, q := c.r.size(), c.r.needed()
 	held, refusals := 0, 0 // votes "held by another" / "no longer ours"; refusals retrying cannot fix
 	var refusal *NodeError
 	for _, v := range st.VotesAgainst {
@@ -211,8 +210,7 @@ func (c *run) judge(st ExecutionStats, as *attemptState) *ExecutionError {
 // pause waits between attempts: the retry delay, or until a release wakes
 // the call. split: the attempt got some votes for, yet no quorum (another
 // waiter took the rest).
-func (c *run) pause(split bool) slept {
-	p := c.p
+func (c *run) pause(p *plan, split bool) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false)
 	}
@@ -234,8 +232,8 @@ func (c *run) pause(split bool) slept {
 // timeout), as node-redlock does: a process that exits right after leaves
 // nothing behind (on nodes whose round trip takes less than half the
 // wait). A call cut short by ctx does not wait.
-func (c *run) fail(e *ExecutionError) outcome {
-	e.Op, e.Resources, e.Attempts, e.tries, e.took = c.p.op, c.p.res, c.o.attempts, c.tries, time.Since(c.start)
+func (c *run) fail(p *plan, e *ExecutionError) outcome {
+	e.Op, e.Resources, e.Attempts, e.tries, e.took = p.op, p.res, c.o.attempts, c.tries, time.Since(c.start)
 	c.o.err, c.o.tries = e, c.tries
 	if c.cleaning != nil && c.ctx.Err() == nil {
 		c.cleaning.await(c.ctx, c.timeout)
@@ -247,11 +245,6 @@ func (c *run) fail(e *ExecutionError) outcome {
 type slept struct {
 	alive bool // ctx has not ended
 	woken bool // a wake ended it early
-}
-
-// sleepFor waits for d, or until ctx ends.
-func sleepFor(ctx context.Context, d time.Duration) slept {
-	return sleepOrWake(ctx, d, nil)
 }
 
 // sleepOrWake waits for d, or for a wake (a nil channel: none), or until
@@ -280,7 +273,7 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 func sleepOrWakeSpread(ctx context.Context, d time.Duration, wake <-chan struct{}) slept {
 	s := sleepOrWake(ctx, d, wake)
 	if s.woken {
-		s.alive = sleepFor(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond)))).alive
+		s.alive = sleepOrWake(ctx, time.Duration(mrand.Int64N(int64(time.Millisecond))), nil).alive
 	}
 	return s
 }

@@ -202,6 +202,9 @@ func isReply(err error) bool {
 // undialed reports whether err says that the call never reached the node:
 // its connection could not be made (refused, unresolvable: a dial error).
 func undialed(err error) bool {
+	if err == nil {
+		return false
+	}
 	var oe *net.OpError
 	return errors.As(err, &oe) && oe.Op == "dial" && !oe.Timeout()
 }
