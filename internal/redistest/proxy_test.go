@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,4 +81,22 @@ func TestNodeRestartLosesData(t *testing.T) {
 	assert.Error(t, nd.Client(&redis.Options{ContextTimeoutEnabled: true}).Ping(short).Err(), "a paused node does not answer")
 	nd.Resume()
 	assert.NoError(t, c.Ping(ctx).Err())
+}
+
+// A node restarted on a port that another server took meanwhile (another
+// test process's, when suites run side by side) does not pass for
+// restarted: that server's PING answer is not its own. (Before, start took
+// any PONG, and the test then ran against the other process's keys.)
+func TestRestartOnATakenPortFails(t *testing.T) {
+	nd := StartNode(t)
+	nd.Kill()
+	other := exec.Command(Binary, "--port", strconv.Itoa(nd.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, other.Start())
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	c := redis.NewClient(&redis.Options{Addr: nd.Addr()})
+	defer c.Close()
+	require.Eventually(t, func() bool { return c.Ping(context.Background()).Err() == nil }, 10*time.Second, 10*time.Millisecond)
+	err := nd.start()
+	require.Error(t, err, "a server of another process passed for the restarted node")
+	t.Log(err)
 }

@@ -157,6 +157,17 @@ func (nd *Node) start() error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
+		if err == nil {
+			// The answer must be this process's: a port freed by a kill
+			// can be taken by another test process's server meanwhile,
+			// whose PING would pass for ours (and whose keys would then
+			// vote in this test).
+			var info string
+			info, err = c.Info(ctx, "server").Result()
+			if err == nil && !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				err = fmt.Errorf("another server answers on port %d", nd.port)
+			}
+		}
 		cancel()
 		if err == nil {
 			break
