@@ -166,34 +166,41 @@ func TestWakeStormCoalesces(t *testing.T) {
 
 // Waiters of one Redlock for the same resource queue: a release wakes only
 // the longest waiter, so they get the lock in the order they began to wait,
-// and each hand-off costs about one attempt, not one per waiter (woken all
-// at once, they split the nodes, and the order is left to chance).
+// and a release costs at most one attempt per node's announcement of it, not
+// one per waiter (woken all at once, they split the nodes, and the order is
+// left to chance).
+//
+// The bound is what the design promises, whatever the timing: a waiter
+// attempts only when woken (its retry delay is a minute), a wake comes only
+// from an announcement, and an announcement wakes only the head of the
+// queue. Each node announces each release once, so n releases that find
+// waiters (the holder's and those of the first n−1 waiters) cost at most
+// 3n attempts on three nodes; waking every waiter would cost at least
+// n+(n−1)+…+1. (An attempt woken by the first node's announcement may find
+// the next node not yet released, and try again at the next: that is
+// allowed, and it is why the bound is 3n and not n.)
 func TestWaitersQueueInOrder(t *testing.T) {
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
-	var attempts atomic.Int32
-	for _, cl := range waiter.Clients {
-		cl.AddHook(hook{onCmd: func(cmd redis.Cmder) {
-			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
-				if s, _ := cmd.Args()[len(cmd.Args())-1].(int64); s == 60000 { // acquires only
-					attempts.Add(1)
-				}
-			}
-		}})
-	}
 	ctx := context.Background()
 	const key = "{redlock}fifo"
 	held, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
 	require.NoError(t, err)
-	const n = 4
+	const n = 8
+	var tries [n]atomic.Int32
 	order := make(chan int, n)
 	errs := make(chan error, n)
 	for i := range n {
+		obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+			if a.Op == redlock.OpAcquire { // the observer sees the lock's release too
+				tries[i].Add(1)
+			}
+		}}
 		go func() {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			l, err := waiter.rl.Acquire(ctx, []string{key}, time.Minute,
-				redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
+				redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute), redlock.WithObserver(obs))
 			if err != nil {
 				errs <- err
 				return
@@ -203,9 +210,12 @@ func TestWaitersQueueInOrder(t *testing.T) {
 			_, err = l.Release(ctx)
 			errs <- err
 		}()
-		time.Sleep(150 * time.Millisecond) // failed once and queued, in order
+		// The next waiter starts once this one queues: the first after one
+		// failed attempt, the others before any.
+		require.Eventually(t, func() bool { return redlock.QueuedWaiters(waiter.rl, []string{key}) == i+1 },
+			10*time.Second, time.Millisecond, "waiter %d did not queue", i)
 	}
-	before := attempts.Load()
+	before := int(tries[0].Load()) // the first waiter's failed attempt; the others made none
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
 	var got []int
@@ -213,17 +223,25 @@ func TestWaitersQueueInOrder(t *testing.T) {
 		select {
 		case i := <-order:
 			got = append(got, i)
-		case <-time.After(10 * time.Second):
+		case <-time.After(20 * time.Second):
 			t.Fatalf("waiters stuck after %v (their retry delay is a minute)", got)
 		}
 	}
 	for range n {
 		require.NoError(t, <-errs)
 	}
-	tries := int(attempts.Load()-before) / 3
-	t.Logf("order %v, %d attempts for %d hand-offs", got, tries, n)
-	assert.Equal(t, []int{0, 1, 2, 3}, got, "first come, first served")
-	assert.Less(t, tries, 2*n, "each release wakes one waiter, not all")
+	total, per := -before, make([]int32, n)
+	for i := range n {
+		per[i] = tries[i].Load()
+		total += int(per[i])
+	}
+	t.Logf("order %v; %d attempts for %d hand-offs (per waiter %v)", got, total, n, per)
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	assert.Equal(t, want, got, "first come, first served")
+	assert.LessOrEqual(t, total, 3*n, "each announcement wakes one waiter, not all")
 }
 
 // A newcomer does not jump the queue: while the Redlock has waiters for a

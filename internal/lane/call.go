@@ -89,8 +89,7 @@ type Call struct {
 	Ack     *Ack          // the replicas its write must reach (Write only), or nil
 	H       Handler
 
-	res   Result
-	first *Result // sent again after a NOSCRIPT on time: what its first run answered
+	res Result // written by the worker that sends it
 }
 
 // Handler is told what becomes of a call.

@@ -170,7 +170,7 @@ func (l *Lane) send(batch []*Call) bool {
 	for _, c := range batch {
 		timeout = max(timeout, c.Timeout)
 	}
-	onTime := l.round(batch, timeout, bySHA)
+	onTime := l.round(batch, timeout, bySHA, nil)
 	// The node answered; those whose script it lacks (NOSCRIPT: a restarted
 	// or flushed node, or a script not used on it yet) go again with the
 	// script itself, in a round trip with a watchdog of its own (none for a
@@ -180,16 +180,11 @@ func (l *Lane) send(batch []*Call) bool {
 		first := make([]Result, len(again))
 		for i, c := range again {
 			first[i] = c.res
-			// The watchdog of the second round tells Silent what the first
-			// run answered (a release whose first run deleted its keys
-			// stays a success). Written only on time: a silent first
-			// round's watchdog may still be reading the batch.
-			if onTime {
-				c.first = &first[i]
-			}
 		}
 		if onTime {
-			onTime = l.round(again, timeout, withSource)
+			// Its watchdog tells Silent what the first run answered (a
+			// release whose first run deleted its keys stays a success).
+			onTime = l.round(again, timeout, withSource, first)
 		} else {
 			_, _ = runBatch(l.via(again), again, withSource, false)
 		}
@@ -360,9 +355,10 @@ func touches(keys []string, set map[string]struct{}) bool {
 
 // round sends calls (their EVALSHAs, or withSource their scripts) in one
 // round trip, watched: when no answer comes within timeout, the watchdog
-// (silent) opens the breaker and detaches this worker. It reports whether the
-// answer came in time.
-func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy) bool {
+// (silent) opens the breaker and detaches this worker. first is, for a
+// second round (see resends), what each call's first run answered; nil for
+// a first round. It reports whether the answer came in time.
+func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []Result) bool {
 	// The client gets no deadline: the lane's own timer bounds the wait (a
 	// client that honours ctx deadlines would otherwise report the node's
 	// silence as context.DeadlineExceeded), and a parked call is counted.
@@ -375,7 +371,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy) bool {
 	l.mu.Unlock()
 	watchdog := time.AfterFunc(timeout, func() {
 		if state.CompareAndSwap(batchRunning, batchSilent) {
-			l.silent(calls, timeout)
+			l.silent(calls, first, timeout)
 		}
 	})
 	ask := how == bySHA && l.node.asking()
@@ -395,15 +391,23 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy) bool {
 // silent is the watchdog: batch has no answer after timeout. It opens the
 // breaker, fails what queued behind the batch, detaches the worker and
 // tells the batch's calls.
-func (l *Lane) silent(batch []*Call, timeout time.Duration) {
+//
+// It reads nothing a Call keeps that a worker writes: once the worker sees
+// the batch cut off, it may hold a Cleanup, and another worker send it
+// again (and write its result) while this still runs.
+func (l *Lane) silent(batch []*Call, first []Result, timeout time.Duration) {
 	l.mu.Lock()
 	l.parked++
 	l.working = false
 	queued := l.trip(timeout)
 	cause := l.cause
 	l.mu.Unlock()
-	for _, c := range batch {
-		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause}, First: c.first, Acks: -1, Local: -1})
+	for i, c := range batch {
+		var f *Result
+		if first != nil {
+			f = &first[i]
+		}
+		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause}, First: f, Acks: -1, Local: -1})
 	}
 	for _, c := range queued {
 		c.H.Done(Result{Err: &TimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause}, Acks: -1, Local: -1})

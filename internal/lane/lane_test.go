@@ -278,3 +278,124 @@ func TestAddrOf(t *testing.T) {
 	defer fc.Close()
 	assert.Equal(t, "sentinel failover group", AddrOf(fc))
 }
+
+// scripted is a fake server whose every round trip (one call alone, or a
+// pipeline) does what do says for its number (1 for the first) and whether
+// it carries the scripts' source.
+type scripted struct {
+	rounds atomic.Int32
+	do     func(round int32, src bool) (any, error)
+}
+
+func (s *scripted) set(cmd *redis.Cmd, round int32, src bool) {
+	if v, err := s.do(round, src); err != nil {
+		cmd.SetErr(err)
+	} else {
+		cmd.SetVal(v)
+	}
+}
+
+func (s *scripted) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	s.set(cmd, s.rounds.Add(1), false)
+	return cmd
+}
+
+func (s *scripted) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	s.set(cmd, s.rounds.Add(1), true)
+	return cmd
+}
+
+func (s *scripted) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	round := s.rounds.Add(1)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	pipe := c.Pipeline()
+	if err := fn(pipe); err != nil {
+		return nil, err
+	}
+	cmds := pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
+	for _, cmd := range cmds {
+		if c, ok := cmd.(*redis.Cmd); ok {
+			s.set(c, round, cmd.Name() == "eval")
+		}
+	}
+	return cmds, nil
+}
+
+// handler is a Handler whose Silent runs slow before it says what it got.
+type handler struct {
+	slow   time.Duration
+	began  chan struct{} // Silent began
+	silent chan Result
+	done   chan Result
+}
+
+func newHandler(slow time.Duration) *handler {
+	return &handler{slow: slow, began: make(chan struct{}, 1), silent: make(chan Result, 1), done: make(chan Result, 1)}
+}
+
+func (h *handler) Sendable() bool  { return true }
+func (h *handler) Done(r Result)   { h.done <- r }
+func (h *handler) Held() *Call     { return nil }
+func (h *handler) Silent(r Result) { h.began <- struct{}{}; time.Sleep(h.slow); h.silent <- r }
+
+// A silent batch's watchdog reads nothing that a later send of one of its
+// calls writes. Here the watchdog tells a slow Write first; meanwhile the
+// Cleanup after it, held for want of a reply, is sent again, answers
+// NOSCRIPT, and goes a second time with its source, which records what its
+// first run answered. The watchdog then tells the Cleanup of its silent
+// round (a first round: nothing ran before it), with no First, and reads
+// no field the other worker wrote (go test -race reported one, in about one
+// run of five of a probe with SCRIPT FLUSH storms and a flapping node).
+func TestSilentRoundReadsNothingAResendWrites(t *testing.T) {
+	r1, r2 := make(chan struct{}), make(chan struct{})
+	s := &scripted{do: func(round int32, src bool) (any, error) {
+		switch {
+		case round == 1: // the first call, alone: on time
+			<-r1
+			return int64(1), nil
+		case round == 2: // the slow Write and the Cleanup: no reply
+			<-r2
+			return nil, context.DeadlineExceeded
+		case !src: // the held Cleanup sent again: the node lacks the script
+			return nil, redis.ErrNoScript
+		default:
+			return int64(1), nil
+		}
+	}}
+	l, owner := newLane(t, s)
+	first := newHandler(0)
+	l.Submit(&Call{Kind: Write, Keys: []string{"k"}, Timeout: 10 * time.Second, H: first})
+	require.Eventually(t, func() bool { return s.rounds.Load() == 1 }, 5*time.Second, time.Millisecond)
+	slow, cleanup := newHandler(500*time.Millisecond), newHandler(0)
+	l.Submit(&Call{Kind: Write, Keys: []string{"k"}, Timeout: base, H: slow})
+	l.Submit(&Call{Kind: Cleanup, Keys: []string{"k"}, Timeout: base, H: cleanup})
+	close(r1) // the worker takes both, in one batch
+	require.NoError(t, (<-first.done).Err)
+	select {
+	case <-slow.began: // the watchdog fired, and tells the slow Write first
+	case <-time.After(5 * time.Second):
+		t.Fatal("the batch was not seen silent")
+	}
+	close(r2) // no reply: the Cleanup is held, and sent again one node timeout later
+	select {
+	case r := <-cleanup.done:
+		require.NoError(t, r.Err, "the held Cleanup, sent again with its source")
+		require.NotNil(t, r.First, "its second run says what the first answered")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held Cleanup was not sent again")
+	}
+	r := <-cleanup.silent
+	var te *TimeoutError
+	assert.ErrorAs(t, r.Err, &te)
+	assert.Nil(t, r.First, "the silent round was the Cleanup's first")
+	assert.Equal(t, int32(4), s.rounds.Load())
+	<-slow.silent
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a worker is left")
+	}
+}

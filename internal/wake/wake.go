@@ -310,6 +310,16 @@ func (w *Waker) notify(payload string) {
 	}
 }
 
+// Queued returns how many waiters queue for keys (in any order).
+func (w *Waker) Queued(keys []string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if g := w.groups[groupID(keys)]; g != nil {
+		return len(g.queue)
+	}
+	return 0
+}
+
 // poke leaves one wake pending, unless one already is.
 func (wt *Waiter) poke() {
 	select {

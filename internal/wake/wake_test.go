@@ -64,7 +64,12 @@ func TestQueueAndWake(t *testing.T) {
 	second := w.Join([]string{"b", "a"}, false) // the same set, in another order
 	require.NotNil(t, first)
 	subscribed(t, n, 1)
-	assert.NotNil(t, w.Join([]string{"a", "b"}, true), "waiters: a new call queues behind them")
+	third := w.Join([]string{"a", "b"}, true)
+	assert.NotNil(t, third, "waiters: a new call queues behind them")
+	assert.Equal(t, 3, w.Queued([]string{"b", "a"}))
+	assert.Zero(t, w.Queued([]string{"a"}))
+	w.Leave(third, false)
+	assert.Equal(t, 2, w.Queued([]string{"a", "b"}))
 
 	n.announce(t, "vvvv", "a")
 	assert.True(t, woken(first, 5*time.Second), "the head is woken")

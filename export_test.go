@@ -1,0 +1,6 @@
+package redlock
+
+// QueuedWaiters returns how many of r's waiting Acquires queue for the
+// resources, so that a test can start the next one once the last has
+// joined, rather than after a sleep.
+func QueuedWaiters(r *Redlock, resources []string) int { return r.wake.Queued(resources) }
