@@ -4,3 +4,6 @@ package redlock
 // resources, so that a test can start the next one once the last has
 // joined, rather than after a sleep.
 func QueuedWaiters(r *Redlock, resources []string) int { return r.wake.Queued(resources) }
+
+// ShardedChannel is where a Cluster announces the release of key.
+func ShardedChannel(key string) string { return shardedChannel(key) }

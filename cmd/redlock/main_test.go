@@ -115,20 +115,41 @@ func (c *cluster) empty(t *testing.T, key string) {
 	}
 }
 
-// heldEverywhere waits until every node holds key.
-func (c *cluster) heldEverywhere(t *testing.T, key string) string {
+// held waits until a quorum (2 of 3) holds key with one value, and returns
+// it. (Not every node: an acquire decided at a quorum is never sent to a
+// node whose call had not gone out by then, so the third may never hold it.)
+func (c *cluster) held(t *testing.T, key string) string {
 	t.Helper()
 	var v string
 	require.Eventually(t, func() bool {
-		v = c.Get(t, 0, key)
+		count := map[string]int{}
 		for i := range c.Nodes {
-			if c.Get(t, i, key) == "" || c.Get(t, i, key) != v {
-				return false
+			if g := c.Get(t, i, key); g != "" {
+				count[g]++
+				if count[g] >= 2 {
+					v = g
+					return true
+				}
 			}
 		}
-		return true
-	}, 10*time.Second, 5*time.Millisecond, "%s held on every node", key)
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "%s held on a quorum", key)
 	return v
+}
+
+// everywhere reports whether every node holds key with value v within d.
+func (c *cluster) everywhere(t *testing.T, key, v string, d time.Duration) bool {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		all := true
+		for i := range c.Nodes {
+			all = all && c.Get(t, i, key) == v
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // The command's exit code passes through, 128+n for a signal n, and the lock
@@ -188,7 +209,7 @@ func TestConcurrentRunsRunOnce(t *testing.T) {
 	// --conflict-exit-code changes the code.
 	holder := c.command("run", "nightly", "--", "sleep", "2")
 	require.NoError(t, holder.Start())
-	c.heldEverywhere(t, "nightly")
+	c.held(t, "nightly")
 	r := c.run(t, "run", "--conflict-exit-code", "9", "nightly", "--", "true")
 	assert.Equal(t, 9, r.code)
 	require.NoError(t, holder.Wait())
@@ -200,7 +221,7 @@ func TestWaitWaitsForTheRelease(t *testing.T) {
 	dir := t.TempDir()
 	holder := c.command("run", "report", "--", "sh", "-c", "sleep 1; date +%s%N > "+filepath.Join(dir, "first-done"))
 	require.NoError(t, holder.Start())
-	c.heldEverywhere(t, "report")
+	c.held(t, "report")
 	r := c.run(t, "run", "--wait", "10s", "report", "--", "sh", "-c", "date +%s%N > "+filepath.Join(dir, "second-start"))
 	require.Zero(t, r.code, r.stderr)
 	require.NoError(t, holder.Wait())
@@ -211,7 +232,7 @@ func TestWaitWaitsForTheRelease(t *testing.T) {
 	// A wait that ends while the lock is held: the conflict code.
 	holder = c.command("run", "report", "--", "sleep", "3")
 	require.NoError(t, holder.Start())
-	c.heldEverywhere(t, "report")
+	c.held(t, "report")
 	r = c.run(t, "run", "--wait", "500ms", "report", "--", "true")
 	assert.Equal(t, exitConflict, r.code)
 	assert.Less(t, r.took, 2500*time.Millisecond, "the wait ended at 500ms")
@@ -246,7 +267,7 @@ func TestLostLockStopsTheCommand(t *testing.T) {
 			cmd.Stderr = &errb
 			start := time.Now()
 			require.NoError(t, cmd.Start())
-			mine := c.heldEverywhere(t, "batch")
+			mine := c.held(t, "batch")
 			// Another holder takes it over (as after an expiry).
 			for i := range c.Nodes {
 				c.Set(t, i, "batch", "the-new-holder", time.Minute)
@@ -292,7 +313,7 @@ func TestSignalsReachTheCommand(t *testing.T) {
 		script := fmt.Sprintf(`trap "echo got > %s; exit 3" %d; while true; do sleep 0.05; done`, marker, sig)
 		cmd := c.command("run", "svc", "--", "sh", "-c", script)
 		require.NoError(t, cmd.Start())
-		c.heldEverywhere(t, "svc")
+		c.held(t, "svc")
 		time.Sleep(100 * time.Millisecond) // the trap is set
 		require.NoError(t, cmd.Process.Signal(sig))
 		err := cmd.Wait()
@@ -435,7 +456,7 @@ func TestCommandReadsTheTerminal(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	require.NoError(t, cmd.Start())
 	_ = slave.Close()
-	c.heldEverywhere(t, "tty")
+	c.held(t, "tty")
 	time.Sleep(200 * time.Millisecond) // the command is reading
 	_, err := master.Write([]byte("hello\n"))
 	require.NoError(t, err)
@@ -498,14 +519,34 @@ func TestStatus(t *testing.T) {
 	c := newCluster(t)
 	r := c.run(t, "run", "--fencing", "report", "--", "true")
 	require.Zero(t, r.code)
-	holder := c.command("run", "--fencing", "report", "--", "sleep", "3")
-	require.NoError(t, holder.Start())
-	value := c.heldEverywhere(t, "report")
+	// What follows wants the lock on every node. A run's acquire is decided
+	// at a quorum, and a node whose call had not gone out by then is never
+	// sent it: such a holder is stopped, and another started.
+	var holder *exec.Cmd
+	var value string
+	for try := 1; ; try++ {
+		holder = c.command("run", "--fencing", "report", "--", "sleep", "3")
+		require.NoError(t, holder.Start())
+		value = c.held(t, "report")
+		if c.everywhere(t, "report", value, 2*time.Second) {
+			break
+		}
+		require.Less(t, try, 5, "a holder on every node")
+		require.NoError(t, holder.Process.Signal(syscall.SIGTERM))
+		_ = holder.Wait()
+		c.empty(t, "report")
+	}
+	var counter uint64 // the highest: the last token granted
+	for i := range c.Nodes {
+		n, _ := strconv.ParseUint(c.Get(t, i, "redlock:fence:{report}:report"), 10, 64)
+		counter = max(counter, n)
+	}
+	require.GreaterOrEqual(t, counter, uint64(2), "two fenced runs")
 
 	r = c.run(t, "status", "report", "free")
 	require.Zero(t, r.code, r.stderr)
 	t.Log("\n" + r.stdout)
-	assert.Contains(t, r.stdout, "HELD: 3 of 3 nodes hold value "+value+" (quorum 2); fence counter 2 (redlock:fence:{report}:report)")
+	assert.Contains(t, r.stdout, "HELD: 3 of 3 nodes hold value "+value+" (quorum 2); fence counter "+strconv.FormatUint(counter, 10)+" (redlock:fence:{report}:report)")
 	assert.Contains(t, r.stdout, "FREE: no node holds it (3 of 3 answered)")
 
 	r = c.run(t, "status", "--json", "report")
@@ -515,7 +556,7 @@ func TestStatus(t *testing.T) {
 	require.Len(t, states, 1)
 	assert.True(t, states[0].Held)
 	assert.Equal(t, value, states[0].Value)
-	assert.Equal(t, uint64(2), states[0].Counter)
+	assert.Equal(t, counter, states[0].Counter)
 	assert.Equal(t, "held", states[0].Verdict)
 	for _, n := range states[0].Nodes {
 		if assert.NotNil(t, n.Held) {
@@ -614,7 +655,7 @@ func TestKilledRedlockTakesTheCommandAlong(t *testing.T) {
 		return err == nil && group > 0
 	}, 10*time.Second, 5*time.Millisecond, "the command started")
 	t.Cleanup(func() { _ = syscall.Kill(-group, syscall.SIGKILL) }) // when the test fails
-	c.heldEverywhere(t, "kjob")
+	c.held(t, "kjob")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	_ = cmd.Wait()
@@ -708,7 +749,7 @@ func TestLostLockToSilentNodesSaysSo(t *testing.T) {
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	require.NoError(t, cmd.Start())
-	c.heldEverywhere(t, "silent")
+	c.held(t, "silent")
 	c.Nodes[1].Pause()
 	c.Nodes[2].Pause()
 	t.Cleanup(c.Nodes[1].Resume)
