@@ -235,6 +235,7 @@ func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
 // the release, refused while the acquire's round was still out, was given
 // up as if nothing had ever reached the node; the lock stayed there.)
 func TestReleaseToANodeReachedByAnOpenConnectionIsKept(t *testing.T) {
+	const nodeTimeout = time.Second
 	nodes := redistest.Start(t, 3)
 	px := redistest.NewProxy(t, nodes[0].Addr())
 	x := redis.NewClient(&redis.Options{Addr: px.Addr(), DialerRetries: 1, MaxRetries: -1, ReadTimeout: -1})
@@ -244,19 +245,40 @@ func TestReleaseToANodeReachedByAnOpenConnectionIsKept(t *testing.T) {
 	w := newFixture(t, redistest.Setup{On: nodes})
 	warm(t, w.rl) // the scripts are on every node: node 0 runs the acquire
 	rl, err := redlock.New([]redis.UniversalClient{x, nodes[1].Client(), nodes[2].Client()},
-		redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithRetryCount(0))
+		redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryCount(0))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rl.Close() })
 	px.Set(redistest.HangRefusingNew)
-	l, err := rl.Acquire(ctx, []string{"reached"}, time.Minute)
-	require.NoError(t, err, "nodes 1 and 2 grant it")
-	_, err = l.Release(ctx)
-	require.NoError(t, err)
+	// Nodes 1 and 2 hold their writes until node 0 has run the acquire: an
+	// acquire decided at a quorum is never sent to a node whose call had
+	// not gone out by then.
+	for _, nd := range nodes[1:] {
+		require.NoError(t, nd.Client().Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err())
+		t.Cleanup(func() { _ = nd.Client().Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
+	}
+	type acquired struct {
+		l   *redlock.Lock
+		err error
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := rl.Acquire(ctx, []string{"reached"}, time.Minute)
+		got <- acquired{l, err}
+	}()
 	peek := nodes[0].Client()
-	require.Eventually(t, func() bool { return peek.Get(ctx, "reached").Val() == l.Value() }, 2*time.Second, time.Millisecond,
-		"node 0 ran the acquire; its reply was lost")
-	time.Sleep(time.Second) // the release is tried again, and refused
+	require.Eventually(t, func() bool { return peek.Exists(ctx, "reached").Val() == 1 }, 5*time.Second, time.Millisecond,
+		"node 0 runs the acquire; its reply is lost")
+	for _, nd := range nodes[1:] {
+		require.NoError(t, nd.Client().Do(ctx, "CLIENT", "UNPAUSE").Err())
+	}
+	a := <-got
+	require.NoError(t, a.err, "nodes 1 and 2 grant it")
+	require.Equal(t, a.l.Value(), peek.Get(ctx, "reached").Val())
+	_, err = a.l.Release(ctx)
+	require.NoError(t, err)
+	time.Sleep(3 * nodeTimeout) // node 0 went silent; the release is tried again, and refused
+	require.Equal(t, a.l.Value(), peek.Get(ctx, "reached").Val(), "no release reached node 0 yet")
 	px.Heal()
-	assert.Eventually(t, func() bool { return peek.Exists(ctx, "reached").Val() == 0 }, 3*time.Second, 5*time.Millisecond,
+	assert.Eventually(t, func() bool { return peek.Exists(ctx, "reached").Val() == 0 }, 10*time.Second, 5*time.Millisecond,
 		"the lock stayed on node 0 after its release")
 }

@@ -62,6 +62,43 @@ func warm(t testing.TB, rl *redlock.Redlock) {
 	require.NoError(t, err)
 }
 
+// acquireReaching runs acquire, an Acquire of key, while every node but i
+// holds its writes (CLIENT PAUSE WRITE, on a straight connection) until
+// node i holds key: an acquire decided at a quorum is never sent to a node
+// whose call had not gone out by then, so a test that needs the lock on
+// node i makes sure it was sent there. The node timeout must cover the
+// pause (a few milliseconds, unless the machine is starved).
+func acquireReaching(t testing.TB, f *fixture, i int, key string, acquire func() (*redlock.Lock, error)) *redlock.Lock {
+	t.Helper()
+	ctx := context.Background()
+	for j, p := range f.Peek {
+		if j != i {
+			require.NoError(t, p.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err())
+			t.Cleanup(func() { _ = p.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
+		}
+	}
+	type acquired struct {
+		l   *redlock.Lock
+		err error
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := acquire()
+		got <- acquired{l, err}
+	}()
+	require.Eventually(t, func() bool { return f.Peek[i].Exists(ctx, key).Val() == 1 }, 10*time.Second, time.Millisecond,
+		"node %d runs the acquire of %s", i, key)
+	for j, p := range f.Peek {
+		if j != i {
+			require.NoError(t, p.Do(ctx, "CLIENT", "UNPAUSE").Err())
+		}
+	}
+	a := <-got
+	require.NoError(t, a.err)
+	require.Equal(t, a.l.Value(), f.Get(t, i, key), "node %d holds the lock", i)
+	return a.l
+}
+
 // within returns a context that ends after d, to bound a call that must not
 // hang; the test checks ctx.Err() to tell the bound from the call's own end.
 func within(t *testing.T, d time.Duration) context.Context {

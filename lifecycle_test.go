@@ -459,8 +459,11 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 // while the slowest node's delete is still on its way; once Close has
 // returned, that node holds nothing, without waiting any further.
 func TestCloseWaitsForInFlightCalls(t *testing.T) {
-	p := newProxied(t, 3)
-	p.Proxies[2].SetLatency(40*time.Millisecond, 40*time.Millisecond) // within the node timeout
+	// A round trip to node 2 takes at least 500ms, within its node timeout:
+	// a Release that returns sooner returned at the quorum of the others.
+	const slow = 250 * time.Millisecond
+	p := newProxied(t, 3, redlock.WithNodeTimeout(2*time.Second))
+	p.Proxies[2].SetLatency(slow, slow)
 	ctx := context.Background()
 	var locks []*redlock.Lock
 	for i := range 5 {
@@ -468,12 +471,12 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	time.Sleep(100 * time.Millisecond) // the slow node got every write
+	time.Sleep(3 * slow) // the slow node got every write that was sent to it
 	for _, l := range locks {
 		begin := time.Now()
 		_, err := l.Release(ctx)
 		require.NoError(t, err)
-		assert.Less(t, time.Since(begin), 70*time.Millisecond, "Release returns at quorum, before the slow node answers")
+		assert.Less(t, time.Since(begin), 2*slow, "Release returns at quorum, before the slow node can answer")
 	}
 	require.NoError(t, p.rl.Close())
 	for i := range 5 {
@@ -541,11 +544,11 @@ func TestHungShardStartsNoSubscriptions(t *testing.T) {
 func TestCloseSendsHeldReleases(t *testing.T) {
 	p := newProxied(t, 3, redlock.WithNodeTimeout(1500*time.Millisecond), redlock.WithRetryCount(0))
 	ctx := context.Background()
-	lock, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, 30*time.Second)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return p.Get(t, 2, "{redlock}held") == lock.Value() }, time.Second, time.Millisecond)
+	lock := acquireReaching(t, p, 2, "{redlock}held", func() (*redlock.Lock, error) {
+		return p.rl.Acquire(ctx, []string{"{redlock}held"}, 30*time.Second)
+	})
 	p.Proxies[2].Set(redistest.Partition)
-	_, err = lock.Release(ctx)
+	_, err := lock.Release(ctx)
 	require.NoError(t, err, "Release at quorum")
 	time.Sleep(200 * time.Millisecond)
 	p.Proxies[2].Heal() // back, its connections cut
