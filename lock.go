@@ -34,6 +34,31 @@ type Lock struct {
 	cut atomic.Int64
 }
 
+// grant runs p, an acquire's plan, and makes the Lock it wins.
+func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error) {
+	p.acked = cfg.ack != nil
+	start := time.Now()
+	o := r.execute(ctx, cfg, p)
+	if o.err != nil {
+		cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, 0, o.err)
+		return nil, o.err
+	}
+	cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, o.token, nil)
+	l := &Lock{
+		redlock:    r,
+		cfg:        cfg,
+		resources:  p.res,
+		value:      o.value,
+		token:      o.token,
+		expiration: o.win.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl)),
+		attempts:   o.attempts,
+		life:       &lockLife{},
+	}
+	l.life.until.Store(l.expiration.UnixNano())
+	l.life.granted = o.win.Start
+	return l, nil
+}
+
 // until is the handle's expiration, cut short by a failed Extend.
 func (l *Lock) until() time.Time {
 	if c := l.cut.Load(); c != 0 && c < l.expiration.UnixNano() {

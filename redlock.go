@@ -29,6 +29,7 @@ type Redlock struct {
 	wake    *wake.Waker   // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
 	workers flight.Flight // every node worker and held release (see internal/lane)
 	servers lane.Servers  // which node is which server
+	terms   termSet       // the live terms of its elections, which Close resigns
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -153,27 +154,7 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 	if cfg.fencing {
 		p = fencedAcquirePlan(keys, ttl)
 	}
-	p.acked = cfg.ack != nil
-	start := time.Now()
-	o := r.execute(ctx, cfg, p)
-	if o.err != nil {
-		cfg.done(ctx, OpAcquire, append([]string(nil), keys...), start, &o, 0, o.err)
-		return nil, o.err
-	}
-	cfg.done(ctx, OpAcquire, append([]string(nil), keys...), start, &o, o.token, nil)
-	l := &Lock{
-		redlock:    r,
-		cfg:        cfg,
-		resources:  keys,
-		value:      o.value,
-		token:      o.token,
-		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
-		attempts:   o.attempts,
-		life:       &lockLife{},
-	}
-	l.life.until.Store(l.expiration.UnixNano())
-	l.life.granted = o.win.Start
-	return l, nil
+	return r.grant(ctx, cfg, p)
 }
 
 // Extend sets the ttl of lock's resources to ttl from now on a quorum of
@@ -366,6 +347,8 @@ func (r *Redlock) Close() error {
 	if r == nil || r.wake == nil { // nil, or not made by New
 		return nil
 	}
+	// Terms end first: their contexts, then their releases.
+	r.terms.close(max(closeWait, 2*r.cfg.nodeTimeout))
 	// The waiters wake at once: they retry now, then on their delay.
 	subs, first := r.wake.Close()
 	if !first {

@@ -123,6 +123,9 @@ type extender struct {
 	err    error // set when an extension failed: matches ErrExtensionFailed
 	cancel context.CancelCauseFunc
 	stop   chan struct{} // closed when fn has returned
+	// abort cuts short an extension in flight when stop is closed (a
+	// term's, whose release follows at once); Using waits for it.
+	abort  bool
 	exited chan struct{} // closed when run has returned
 }
 
@@ -133,6 +136,18 @@ func (e *extender) run(ctx context.Context) {
 	// Extensions outlive the caller's ctx (fn may still be in the critical
 	// section after ctx ends) but never the lock's validity.
 	base := context.WithoutCancel(ctx)
+	if e.abort {
+		var cancel context.CancelFunc
+		base, cancel = context.WithCancel(base)
+		defer cancel()
+		go func() {
+			select {
+			case <-e.stop:
+				cancel()
+			case <-base.Done():
+			}
+		}()
+	}
 	for {
 		if !e.wait(time.Until(e.lock.until()) - e.cfg.extensionThreshold) {
 			return

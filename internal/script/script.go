@@ -7,6 +7,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // ReleasedChannel is the pub/sub channel on which the release script
@@ -238,4 +240,80 @@ type UnexpectedError struct{ Reply any }
 
 func (e *UnexpectedError) Error() string {
 	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
+}
+
+// ElectedChannel is the pub/sub channel on which an election's write-back
+// announces each term it wrote on a node: the message is the election's
+// key. Observers of the election wake on it and read the leader.
+const ElectedChannel = "redlock:elected"
+
+// LeaderPrefix starts the key under which a node keeps an election's
+// leader record (value:term:id), next to the election's lock key.
+const LeaderPrefix = "redlock:leader:"
+
+const (
+	// electWriteBackSrc is an election's write-back: a fenced acquire's
+	// second round (writeBackSrc) for one key, which also records who holds
+	// it. KEYS are the election's lock key, its fencing counter and its
+	// leader record; ARGV the lock's value, the term (the token) and the
+	// candidate's id. Where the key still holds the value, the counter
+	// becomes max(counter, term), the record value:term:id, and the term is
+	// announced on ElectedChannel. It answers 1 when it wrote, else 0.
+	electWriteBackSrc = `
+if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
+local c = redis.call("get", KEYS[2])
+local x = tonumber(c or "0")
+if not x then
+  return redis.error_reply("` + BadCounter + `" .. KEYS[2] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+end
+if x < tonumber(ARGV[2]) then redis.call("set", KEYS[2], ARGV[2]) end
+redis.call("set", KEYS[3], ARGV[1] .. ":" .. ARGV[2] .. ":" .. ARGV[3])
+redis.pcall("publish", "` + ElectedChannel + `", KEYS[1]) -- a node without pub/sub still elects
+return 1
+`
+
+	// leaderSrc reads an election on one node: KEYS are its lock key and
+	// its leader record. It answers the record when the key holds the
+	// record's value (the node's leader), else "" (none, or a candidate
+	// whose term was not written there yet).
+	leaderSrc = `
+local v = redis.call("get", KEYS[1])
+if not v then return "" end
+local rec = redis.call("get", KEYS[2])
+if rec and string.sub(rec, 1, #v + 1) == v .. ":" then return rec end
+return ""
+`
+)
+
+// The election's scripts. ElectWriteBack's KEYS are one lock key, its
+// counter and its record: Read counts one resource (Fenced halves three).
+var (
+	ElectWriteBack = &Script{Src: electWriteBackSrc, Hash: newScript(electWriteBackSrc).Hash, Fenced: true}
+	Leader         = newScript(leaderSrc)
+)
+
+// Record is a node's leader record, as leaderSrc answers it.
+type Record struct {
+	Value string // the leader's lock value
+	Term  uint64
+	ID    string
+}
+
+// ReadRecord reads leaderSrc's answer: ok is false when the node has no
+// leader; err is an *UnexpectedError for an answer leaderSrc never gives.
+func ReadRecord(res any) (rec Record, ok bool, err error) {
+	s, isStr := res.(string)
+	if !isStr {
+		return rec, false, &UnexpectedError{res}
+	}
+	if s == "" {
+		return rec, false, nil
+	}
+	v, rest, ok1 := strings.Cut(s, ":")
+	t, id, ok2 := strings.Cut(rest, ":")
+	term, perr := strconv.ParseUint(t, 10, 64)
+	if !ok1 || !ok2 || perr != nil || v == "" || term == 0 {
+		return rec, false, &UnexpectedError{res}
+	}
+	return Record{Value: v, Term: term, ID: id}, true, nil
 }

@@ -1,0 +1,357 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-redlock/redlock/internal/script"
+	"github.com/go-redlock/redlock/internal/slot"
+)
+
+// Leader election: a term is a fenced lock on the election's key, kept
+// extended while it lasts (Using's extender), whose fencing token is the
+// term's number. Its write-back (script.ElectWriteBack) also records the
+// leader (value:term:id) beside the key on every node that took it, and
+// announces the term on ElectedChannel; Leader reads the records
+// (leader.go).
+
+// The sentinels of the election.
+var (
+	// ErrNoLeader is returned by [Election.Leader] when a quorum of nodes
+	// answered and no candidate leads on a quorum of them.
+	ErrNoLeader = errors.New("redlock: no leader")
+
+	// ErrResigned is the cause ([context.Cause]) of a [Term]'s context
+	// once the term was resigned ([Term.Resign], or [Election.Lead]'s fn
+	// returned).
+	ErrResigned = errors.New("redlock: the term was resigned")
+
+	// ErrClosed is the cause of a [Term]'s context ended by
+	// [Redlock.Close], and is matched by Campaign's error on a closed
+	// Redlock.
+	ErrClosed = errors.New("redlock: the Redlock was closed")
+)
+
+// ElectedChannel is the pub/sub channel on which every node announces each
+// term its election wrote (see [Election.Observe]); the message is the
+// election's key, "redlock:election:" + its name.
+const ElectedChannel = script.ElectedChannel
+
+// maxCandidateID is the longest candidate id, in bytes.
+const maxCandidateID = 1024
+
+// Election is one named election among the candidates that use the same
+// nodes: at most one of them leads at a time, under the same assumptions as
+// a lock ([Redlock.Acquire]). Each term has a number, a fencing token
+// greater than that of every earlier term of the election. An Election is
+// a name: it holds no state and is safe for concurrent use; two Elections of
+// the same name are the same election.
+type Election struct {
+	r    *Redlock
+	name string
+	key  string // the lock's key: "redlock:election:" + name
+	rec  string // the leader record's key, in key's slot
+}
+
+// Election returns the election called name. Its lock is the key
+// "redlock:election:" + name on every node, its fencing counter
+// [FenceKey] of that key, and its leader record "redlock:leader:{tag}:" +
+// that key, where tag is the key's hash tag (or the key): on a Redis
+// Cluster all three are in one slot. A bad name is reported by the calls
+// of the Election, not here.
+func (r *Redlock) Election(name string) *Election {
+	key := "redlock:election:" + name
+	return &Election{r: r, name: name, key: key, rec: script.LeaderPrefix + "{" + slot.Tag(key) + "}:" + key}
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
+
+// ready refuses a nil or zero Election and a bad name.
+func (e *Election) ready(ctx context.Context) error {
+	if e == nil || e.r == nil {
+		return invalid("nil or zero Election: make one with Redlock.Election")
+	}
+	if err := e.r.ready(ctx); err != nil {
+		return err
+	}
+	if e.name == "" {
+		return invalid("empty election name: name the election (\"scheduler\", \"outbox-relay\")")
+	}
+	return validateResources([]string{e.key})
+}
+
+// Campaign blocks until the candidate id leads the election, and returns
+// its Term; or until ctx ends, with an error matching ctx's. id is the
+// candidate's name as [Election.Leader] shows it to others (a hostname, a
+// pod name): 1 to 1024 bytes; two candidates may share one, each campaign
+// being its own.
+//
+// A term is a fenced lock ([WithFencing]) on the election's key for ttl,
+// tried again until ctx ends (WithRetryCount counts only for the term's
+// extensions and its release): a waiting
+// candidate tries as soon as the leader's release is announced (see
+// [WithWakeOnRelease]), else after each retry delay. While the term lasts it
+// is extended as [Redlock.Using] extends its lock, by ttl whenever less than
+// the automatic extension threshold is left, and its context ends as soon
+// as an extension fails for good, before the lock's validity ends. The
+// term's context carries ctx's values, not its end: the campaign's ctx bounds
+// the wait, not the term. Resign the term when done (or use
+// [Election.Lead]); [Redlock.Close] resigns every term of its Redlock.
+//
+// Campaign returns an error matching [ErrInvalidArgument] for a bad name or
+// id, and for anything Using refuses (a ttl below the threshold + 100ms, a
+// threshold below the node timeout, an option out of range); one matching
+// [ErrClosed] once the Redlock is closed.
+func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, opts ...Option) (*Term, error) {
+	cfg, err := e.check(ctx, id, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := e.r
+	if r.terms.isClosed() {
+		return nil, ErrClosed
+	}
+	p := fencedAcquirePlan([]string{e.key}, ttl)
+	p.wb, p.wbKeys, p.wbArgs = script.ElectWriteBack, []string{e.key, fenceKey(e.key), e.rec}, []any{id}
+	camp := *cfg
+	camp.retryCount = -1 // a campaign tries until ctx ends; the term's extensions and release retry as the options say
+	lock, err := r.grant(ctx, &camp, p)
+	if err != nil {
+		return nil, err
+	}
+	lock.cfg = cfg
+	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	t := &Term{id: id, lock: lock, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}
+	go t.ext.run(tctx)
+	if !r.terms.add(t) { // closed while it campaigned
+		_ = t.end(context.WithoutCancel(ctx), ErrClosed)
+		return nil, ErrClosed
+	}
+	return t, nil
+}
+
+// check validates a campaign's input and returns its settings.
+func (e *Election) check(ctx context.Context, id string, ttl time.Duration, opts []Option) (*config, error) {
+	if err := e.ready(ctx); err != nil {
+		return nil, err
+	}
+	if id == "" || len(id) > maxCandidateID {
+		return nil, invalid("candidate id of %d bytes: give 1 to %d bytes that name the candidate (a hostname, a pod name)", len(id), maxCandidateID)
+	}
+	all := append(append([]Option(nil), opts...), WithFencing(true))
+	cfg, err := e.r.cfg.with(all)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTTL(ttl, cfg); err != nil {
+		return nil, err
+	}
+	if ttl-100*time.Millisecond < cfg.extensionThreshold {
+		return nil, invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give the term a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
+	}
+	if cfg.extensionThreshold < cfg.nodeTimeout {
+		return nil, invalid("automatic extension threshold %v is below the node timeout %v: the term could end while an "+
+			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
+	}
+	if err := checkAck(e.r.nodes, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Lead campaigns as id (see [Election.Campaign]), runs fn with the term's
+// context once it leads, and resigns when fn returns (or panics). fn's
+// context ends when the term is lost (its cause matching
+// [ErrExtensionFailed]), when ctx ends, or when the Redlock is closed; fn
+// should stop acting as the leader when it does. Lead returns Campaign's
+// error when it never led; else fn's error, joined with an error matching
+// ErrExtensionFailed when the term was lost while fn ran (even if fn
+// returned nil) and with the resignation's error. To lead for as long as
+// the process runs, call Lead in a loop until ctx ends.
+func (e *Election) Lead(ctx context.Context, id string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	t, err := e.Campaign(ctx, id, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { t.cancel(context.Cause(ctx)) })
+	defer func() {
+		p := recover()
+		stop()
+		rerr := t.Resign(ctx)
+		if p != nil {
+			panic(p)
+		}
+		if lost := t.ext.err; lost != nil && (err == nil || !errors.Is(err, lost)) {
+			err = join(err, lost)
+		}
+		err = join(err, rerr)
+	}()
+	return fn(t.ctx)
+}
+
+// Term is one candidate's time as the leader, from Campaign until it is
+// resigned or lost. It is safe for concurrent use.
+type Term struct {
+	id     string
+	lock   *Lock // as granted; the extender holds the newest handle
+	ext    *extender
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	once   sync.Once
+	done   chan struct{} // closed once the term's end is complete
+	err    error         // the resignation's error, once done is closed
+}
+
+// ID returns the id the candidate campaigned as.
+func (t *Term) ID() string {
+	if t == nil {
+		return ""
+	}
+	return t.id
+}
+
+// Number returns the term's number: its fencing token, greater than the
+// number of every earlier term of the election (and of every fenced lock
+// on its key). Pass it with every write the leader makes, to a store that
+// refuses a number below the highest it has seen (see [WithFencing]).
+func (t *Term) Number() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.lock.Token()
+}
+
+// Context returns the term's context. It ends when the term ends: resigned
+// (cause [ErrResigned]), lost (its lock could not be extended: cause
+// matching [ErrExtensionFailed], before the lock's validity ends), or the
+// Redlock closed (cause [ErrClosed]). It carries the values of Campaign's
+// ctx.
+func (t *Term) Context() context.Context {
+	if t == nil {
+		return context.Background()
+	}
+	return t.ctx
+}
+
+// Resign ends the term: its context ends first, then it stops being
+// extended, then its lock is released, so that a waiting candidate leads
+// within a few round trips. It returns the release's error (none when the
+// term was already lost); a second Resign waits for the first and returns
+// the same. With ctx already ended, the release makes one attempt (see
+// [Redlock.Release]).
+func (t *Term) Resign(ctx context.Context) error {
+	if t == nil || t.lock == nil {
+		return invalid("nil or zero Term: terms come from Campaign")
+	}
+	if ctx == nil {
+		return invalid("nil context: pass context.Background() or a request's context")
+	}
+	return t.end(ctx, ErrResigned)
+}
+
+// end ends the term with cause (once), and waits for its end.
+func (t *Term) end(ctx context.Context, cause error) error {
+	t.once.Do(func() {
+		defer close(t.done)
+		t.cancel(cause)
+		close(t.ext.stop)
+		<-t.ext.exited
+		_, err := t.ext.lock.Release(ctx)
+		if t.ext.err != nil && errors.Is(err, ErrLockExpired) {
+			err = nil // lost: the term's context said so
+		}
+		t.err = err
+		t.lock.redlock.terms.remove(t)
+	})
+	<-t.done
+	return t.err
+}
+
+// termSet is a Redlock's live terms, which Close resigns.
+type termSet struct {
+	mu     sync.Mutex
+	live   map[*Term]struct{}
+	closed chan struct{} // closed by Close; nil until then
+	shut   bool
+}
+
+// add records t, or reports false once the Redlock is closed.
+func (s *termSet) add(t *Term) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shut {
+		return false
+	}
+	if s.live == nil {
+		s.live = map[*Term]struct{}{}
+	}
+	s.live[t] = struct{}{}
+	return true
+}
+
+func (s *termSet) remove(t *Term) {
+	s.mu.Lock()
+	delete(s.live, t)
+	s.mu.Unlock()
+}
+
+func (s *termSet) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shut
+}
+
+// done returns a channel closed by Close.
+func (s *termSet) done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed == nil {
+		s.closed = make(chan struct{})
+		if s.shut {
+			close(s.closed)
+		}
+	}
+	return s.closed
+}
+
+// close resigns every live term, each release bounded by timeout, and
+// waits for them.
+func (s *termSet) close(timeout time.Duration) {
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		return
+	}
+	s.shut = true
+	if s.closed != nil {
+		close(s.closed)
+	}
+	terms := make([]*Term, 0, len(s.live))
+	for t := range s.live {
+		terms = append(terms, t)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range terms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_ = t.end(ctx, ErrClosed)
+		}()
+	}
+	wg.Wait()
+}

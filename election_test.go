@@ -1,0 +1,425 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// candidate is another process's Redlock over f's nodes: clients of its
+// own, to the same addresses (through the proxies, when f has them).
+func candidate(t *testing.T, f *fixture, opts ...redlock.Option) (*redlock.Redlock, []*redis.Client) {
+	t.Helper()
+	var cs []redis.UniversalClient
+	var own []*redis.Client
+	for _, c := range f.Clients {
+		o := *c.(*redis.Client).Options()
+		nc := redis.NewClient(&o)
+		cs = append(cs, nc)
+		own = append(own, nc)
+	}
+	rl, err := redlock.New(cs, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = rl.Close()
+		for _, c := range own {
+			_ = c.Close()
+		}
+	})
+	return rl, own
+}
+
+// electionKey is the lock key of the election called name.
+func electionKey(name string) string { return "redlock:election:" + name }
+
+// waitingFor waits until rl has a campaign of election name queued and
+// subscribed on every node of f (see queued).
+func waitingFor(t *testing.T, f *fixture, rl *redlock.Redlock, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if redlock.QueuedWaiters(rl, []string{electionKey(name)}) != 1 {
+			return false
+		}
+		for _, p := range f.Peek {
+			m, err := p.PubSubNumSub(context.Background(), redlock.ReleasedChannel).Result()
+			if err != nil || m[redlock.ReleasedChannel] < 1 { // the leader never waited: the subscriber is rl
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "a campaign queued and subscribed")
+}
+
+// Candidates in separate Redlocks (as separate processes) lead one at a
+// time, and each term's number is greater than every earlier one's.
+func TestElectionOneLeaderAtATime(t *testing.T) {
+	f := newNodes(t, 3)
+	const candidates, terms = 4, 6
+	var (
+		inside atomic.Int32
+		mu     sync.Mutex
+		seen   []uint64 // term numbers, in the order their terms began
+		over   atomic.Int32
+	)
+	var wg sync.WaitGroup
+	for c := range candidates {
+		rl, _ := candidate(t, f, fast...)
+		e := rl.Election("one")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%d", c)
+			for range terms {
+				err := e.Lead(context.Background(), id, time.Second, func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						over.Add(1)
+					}
+					defer inside.Add(-1)
+					n, ok := redlock.TokenFrom(ctx)
+					assert.False(t, ok, "Lead's fn is given the Term, not a token: %d", n)
+					l, err := e.Leader(ctx)
+					if assert.NoError(t, err) {
+						assert.Equal(t, id, l.ID)
+						mu.Lock()
+						seen = append(seen, l.Term)
+						mu.Unlock()
+					}
+					time.Sleep(5 * time.Millisecond)
+					return nil
+				})
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, over.Load(), "two leaders at once")
+	require.Len(t, seen, candidates*terms)
+	assert.True(t, sort.SliceIsSorted(seen, func(i, j int) bool { return seen[i] < seen[j] }), "terms grow: %v", seen)
+	for i := 1; i < len(seen); i++ {
+		assert.Greater(t, seen[i], seen[i-1], "terms grow: %v", seen)
+	}
+	_, err := f.rl.Election("one").Leader(context.Background())
+	assert.ErrorIs(t, err, redlock.ErrNoLeader, "every term resigned")
+}
+
+// The Term: its id, number and context; Leader shows it to others; Resign
+// ends its context before the release, and frees the election.
+func TestTermLifecycle(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	e := f.rl.Election("life")
+	_, err := e.Leader(ctx)
+	require.ErrorIs(t, err, redlock.ErrNoLeader)
+
+	term, err := e.Campaign(ctx, "pod-a", 2*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "pod-a", term.ID())
+	assert.Equal(t, "life", e.Name())
+	assert.NotZero(t, term.Number())
+	other, _ := candidate(t, f)
+	l, err := other.Election("life").Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Leader{ID: "pod-a", Term: term.Number()}, l)
+	for i, p := range f.Peek {
+		assert.Equal(t, fmt.Sprint(term.Number()), p.Get(ctx, redlock.FenceKey(electionKey("life"))).Val(), "node %d's counter", i)
+	}
+	select {
+	case <-term.Context().Done():
+		t.Fatal("a live term's context ended")
+	default:
+	}
+
+	require.NoError(t, term.Resign(ctx))
+	<-term.Context().Done()
+	assert.ErrorIs(t, context.Cause(term.Context()), redlock.ErrResigned)
+	require.NoError(t, term.Resign(ctx), "a second Resign returns the first's result")
+	_, err = other.Election("life").Leader(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNoLeader)
+	for i, p := range f.Peek {
+		assert.Zero(t, p.Exists(ctx, electionKey("life")).Val(), "node %d still holds the resigned term", i)
+	}
+
+	next, err := e.Campaign(ctx, "pod-b", 2*time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, next.Number(), term.Number())
+	require.NoError(t, next.Resign(ctx))
+}
+
+// A Resign hands the election over at once: the waiting candidate, in
+// another Redlock with a retry delay of an hour, leads on the release's
+// announcement.
+func TestResignHandsOverAtOnce(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var took []time.Duration
+	for range 5 {
+		leader, err := f.rl.Election("handover").Campaign(ctx, "a", 5*time.Second)
+		require.NoError(t, err)
+		rl, _ := candidate(t, f, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+		got := make(chan *redlock.Term, 1)
+		go func() {
+			term, err := rl.Election("handover").Campaign(ctx, "b", 5*time.Second)
+			assert.NoError(t, err, "led only on the release's announcement")
+			got <- term
+		}()
+		waitingFor(t, f, rl, "handover")
+		start := time.Now()
+		require.NoError(t, leader.Resign(ctx))
+		term := <-got
+		require.NotNil(t, term)
+		took = append(took, time.Since(start))
+		assert.Greater(t, term.Number(), leader.Number())
+		require.NoError(t, term.Resign(ctx))
+		require.NoError(t, rl.Close())
+	}
+	t.Logf("hand-over after Resign (Resign's start to the successor's Campaign returning): %v", took)
+}
+
+// A leader whose process dies (its clients closed, no Resign) is replaced
+// once its lock expires, and its term's context ended before the
+// successor's term began.
+func TestDeadLeaderIsReplaced(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	opts := []redlock.Option{redlock.WithDriftFactor(0.05), redlock.WithRetryDelay(50 * time.Millisecond), redlock.WithRetryJitter(10 * time.Millisecond)}
+	dead, deadClients := candidate(t, f, opts...)
+	term, err := dead.Election("crash").Campaign(ctx, "dying", ttl)
+	require.NoError(t, err)
+	ended := make(chan time.Time, 1)
+	go func() { <-term.Context().Done(); ended <- time.Now() }()
+
+	var won atomic.Int64 // the successor's winning attempt's start
+	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		if a.Won && a.Op == redlock.OpAcquire {
+			won.Store(a.Stats.Start.UnixNano())
+		}
+	}}
+	next, _ := candidate(t, f, append(opts, redlock.WithObserver(obs))...)
+	got := make(chan *redlock.Term, 1)
+	go func() {
+		t2, err := next.Election("crash").Campaign(ctx, "next", ttl)
+		assert.NoError(t, err)
+		got <- t2
+	}()
+	time.Sleep(100 * time.Millisecond)
+	killed := time.Now()
+	for _, c := range deadClients {
+		require.NoError(t, c.Close())
+	}
+	t2 := <-got
+	require.NotNil(t, t2)
+	replaced := time.Since(killed)
+	end := <-ended
+	assert.ErrorIs(t, context.Cause(term.Context()), redlock.ErrExtensionFailed)
+	began := time.Unix(0, won.Load())
+	assert.True(t, end.Before(began), "the dead term's context ended %v after the successor's term began", end.Sub(began))
+	assert.Greater(t, t2.Number(), term.Number())
+	t.Logf("replaced %v after the leader died (ttl %v); its context ended %v before the successor's winning attempt began",
+		replaced.Round(time.Millisecond), ttl, began.Sub(end).Round(time.Millisecond))
+	require.NoError(t, t2.Resign(ctx))
+}
+
+// A sick minority of nodes (two of five hung) costs the leader nothing: it
+// keeps its term across several ttls, and Leader still shows it.
+func TestSickMinorityKeepsTheTerm(t *testing.T) {
+	f := newProxied(t, 5, redlock.WithNodeTimeout(50*time.Millisecond), redlock.WithAutomaticExtensionThreshold(300*time.Millisecond))
+	ctx := context.Background()
+	e := f.rl.Election("sick")
+	term, err := e.Campaign(ctx, "steady", 800*time.Millisecond)
+	require.NoError(t, err)
+	f.Proxies[3].Set(redistest.Hang)
+	f.Proxies[4].Set(redistest.Hang)
+	deadline := time.Now().Add(3 * time.Second) // almost four ttls
+	for time.Now().Before(deadline) {
+		l, err := e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, redlock.Leader{ID: "steady", Term: term.Number()}, l)
+		select {
+		case <-term.Context().Done():
+			t.Fatalf("the term ended with two of five nodes hung: %v", context.Cause(term.Context()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	f.Proxies[3].Set(redistest.Healthy)
+	f.Proxies[4].Set(redistest.Healthy)
+	require.NoError(t, term.Resign(ctx))
+}
+
+// Observe sends the current leader, then each new term in order, promptly
+// on the grant's announcement; the channel closes when ctx ends.
+func TestObserveFollowsTheTerms(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := f.rl.Election("watch")
+	first, err := e.Campaign(ctx, "a", 5*time.Second)
+	require.NoError(t, err)
+
+	watcher, _ := candidate(t, f)
+	octx, stop := context.WithCancel(ctx)
+	ch := watcher.Election("watch").Observe(octx)
+	l := <-ch
+	assert.Equal(t, redlock.Leader{ID: "a", Term: first.Number()}, l)
+	require.Eventually(t, func() bool { // subscribed on every node
+		for _, p := range f.Peek {
+			m, err := p.PubSubNumSub(ctx, redlock.ElectedChannel).Result()
+			if err != nil || m[redlock.ElectedChannel] < 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+
+	var delays []time.Duration
+	prev := first
+	for i := range 5 {
+		require.NoError(t, prev.Resign(ctx))
+		next, err := e.Campaign(ctx, fmt.Sprintf("n%d", i), 5*time.Second)
+		require.NoError(t, err)
+		granted := time.Now()
+		l := <-ch
+		delays = append(delays, time.Since(granted))
+		assert.Equal(t, redlock.Leader{ID: fmt.Sprintf("n%d", i), Term: next.Number()}, l)
+		prev = next
+	}
+	require.NoError(t, prev.Resign(ctx))
+	stop()
+	for range ch { // closed once octx ended
+	}
+	t.Logf("Observe's delay after each Campaign returned: %v (its poll alone: up to 1s)", delays)
+}
+
+// A Term ends with Redlock.Close: its context (cause ErrClosed), then its
+// lock; Campaign on a closed Redlock returns ErrClosed.
+func TestCloseEndsTheTerm(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	rl, _ := candidate(t, f)
+	term, err := rl.Election("close").Campaign(ctx, "x", 5*time.Second)
+	require.NoError(t, err)
+	ch := rl.Election("close").Observe(ctx)
+	<-ch
+	require.NoError(t, rl.Close())
+	select {
+	case <-term.Context().Done():
+	default:
+		t.Fatal("Close left the term's context alive")
+	}
+	assert.ErrorIs(t, context.Cause(term.Context()), redlock.ErrClosed)
+	_, err = f.rl.Election("close").Leader(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNoLeader, "Close released the term")
+	for range ch { // Observe's channel closes with the Redlock
+	}
+	_, err = rl.Election("close").Campaign(ctx, "y", 5*time.Second)
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// Lead returns fn's error and resigns; a term lost while fn runs (its key
+// deleted behind its back) ends fn's context with ErrExtensionFailed, and
+// Lead says so even when fn returns nil; Lead's ctx ending ends fn's.
+func TestLeadEnds(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	e := f.rl.Election("lead")
+	boom := errors.New("boom")
+	err := e.Lead(ctx, "a", time.Second, func(context.Context) error { return boom })
+	assert.ErrorIs(t, err, boom)
+	_, err = e.Leader(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNoLeader, "Lead resigned")
+
+	err = e.Lead(ctx, "a", time.Second, func(ctx context.Context) error {
+		for _, p := range f.Peek {
+			require.NoError(t, p.Del(ctx, electionKey("lead")).Err())
+		}
+		<-ctx.Done()
+		assert.ErrorIs(t, context.Cause(ctx), redlock.ErrExtensionFailed)
+		return nil
+	})
+	assert.ErrorIs(t, err, redlock.ErrExtensionFailed)
+
+	lctx, cancel := context.WithCancel(ctx)
+	err = e.Lead(lctx, "a", time.Second, func(ctx context.Context) error {
+		cancel()
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = e.Leader(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNoLeader, "Lead resigned")
+}
+
+// Leader cannot tell with a majority of nodes down: its error says so and
+// is not ErrNoLeader.
+func TestLeaderUnknownWithAMajorityDown(t *testing.T) {
+	f := newNodes(t, 3, append(fast, redlock.WithNodeTimeout(100*time.Millisecond))...)
+	ctx := context.Background()
+	e := f.rl.Election("down")
+	term, err := e.Campaign(ctx, "a", 5*time.Second)
+	require.NoError(t, err)
+	f.Nodes[1].Kill()
+	f.Nodes[2].Kill()
+	_, err = e.Leader(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrNoLeader)
+	assert.Contains(t, err.Error(), "cannot be ruled out")
+	_ = term.Resign(ctx)
+}
+
+// Bad input gets an error that names it, before anything is sent.
+func TestElectionBadInput(t *testing.T) {
+	f := newNodes(t, 1)
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	var nilElection *redlock.Election
+	cases := map[string]func() error{
+		"empty name":  func() error { _, err := f.rl.Election("").Campaign(ctx, "a", time.Second); return err },
+		"empty id":    func() error { _, err := f.rl.Election("x").Campaign(ctx, "", time.Second); return err },
+		"long id":     func() error { _, err := f.rl.Election("x").Campaign(ctx, string(make([]byte, 1025)), time.Second); return err },
+		"short ttl":   func() error { _, err := f.rl.Election("x").Campaign(ctx, "a", 500*time.Millisecond); return err },
+		"nil fn":      func() error { return f.rl.Election("x").Lead(ctx, "a", time.Second, nil) },
+		"nil ctx":     func() error { _, err := f.rl.Election("x").Leader(nil); return err }, //nolint:staticcheck // the point
+		"nil Elect":   func() error { _, err := nilElection.Leader(ctx); return err },
+		"nil Redlock": func() error { return (*redlock.Redlock)(nil).Election("x").Lead(ctx, "a", time.Second, fn) },
+		"nil Term":    func() error { return (*redlock.Term)(nil).Resign(ctx) },
+	}
+	for name, call := range cases {
+		err := call()
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
+	}
+	_, closed := <-nilElection.Observe(ctx)
+	assert.False(t, closed, "Observe of a nil Election gives a closed channel")
+	assert.Zero(t, f.DBSize(t, 0), "nothing was written")
+}
+
+// On a Redis Cluster (one ClusterClient node), the lock, counter and
+// record share a slot: the election works there too.
+func TestElectionOnACluster(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true})
+	ctx := context.Background()
+	for _, name := range []string{"plain", "{tag}x", "odd}name"} {
+		e := f.rl.Election(name)
+		term, err := e.Campaign(ctx, "a", 2*time.Second)
+		require.NoError(t, err, name)
+		l, err := e.Leader(ctx)
+		require.NoError(t, err, name)
+		assert.Equal(t, redlock.Leader{ID: "a", Term: term.Number()}, l, name)
+		require.NoError(t, term.Resign(ctx), name)
+		_, err = e.Leader(ctx)
+		assert.ErrorIs(t, err, redlock.ErrNoLeader, name)
+	}
+}

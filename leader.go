@@ -1,0 +1,216 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
+)
+
+// Leader is who leads an election: the id its candidate campaigned as and
+// the number of its term.
+type Leader struct {
+	ID   string
+	Term uint64
+}
+
+// Leader returns the current leader as a quorum of nodes holds it: the
+// candidate whose term's lock and record a quorum hold. It returns an error
+// matching [ErrNoLeader] when a quorum of nodes answered and no candidate
+// leads on a quorum (no term, a term ended, or a candidate whose term is
+// being granted); and an error matching neither when too few nodes answered
+// to tell (each node's error joined in it). It waits for each node no longer
+// than the node timeout, and returns once the answer is certain.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.ready(ctx); err != nil {
+		return Leader{}, err
+	}
+	r := e.r
+	n, q := r.size(), r.needed()
+	answers := make(chan leaderRead, n)
+	calls := make([]leaderCall, n)
+	for i, nd := range r.nodes {
+		c := &calls[i]
+		c.node, c.out = i, answers
+		c.Call = lane.Call{Kind: lane.Write, Hash: script.Leader.Hash, Src: script.Leader.Src, Keys: []string{e.key, e.rec}, Timeout: r.cfg.nodeTimeout, H: c}
+		nd.Lane(e.key, false).Submit(&c.Call)
+	}
+	timer := time.NewTimer(r.cfg.nodeTimeout)
+	defer timer.Stop()
+	held := map[string]int{} // per leader value, the nodes that hold its record
+	var errs []error
+	top, pending, failed := 0, n, 0
+	for pending > 0 {
+		select {
+		case a := <-answers:
+			pending--
+			switch {
+			case a.err != nil:
+				failed++
+				errs = append(errs, &NodeError{Node: a.node, Addr: r.nodes[a.node].Addr(), Op: OpLeader, Err: fromLane(a.err)})
+			case a.ok:
+				held[a.rec.Value]++
+				if top = max(top, held[a.rec.Value]); top >= q {
+					return Leader{ID: a.rec.ID, Term: a.rec.Term}, nil
+				}
+			}
+		case <-timer.C:
+			errs = append(errs, fmt.Errorf("%d nodes did not answer within the node timeout %v", pending, r.cfg.nodeTimeout))
+			failed, pending = failed+pending, 0
+		case <-ctx.Done():
+			return Leader{}, fmt.Errorf("redlock: leader of %q: %w", e.name, ctx.Err())
+		}
+		// Certain once no candidate can reach a quorum, whatever the nodes
+		// not heard from (or failed) hold.
+		if unknown := pending + failed; top+unknown < q {
+			return Leader{}, fmt.Errorf("%w in election %q (%d of %d nodes answered)", ErrNoLeader, e.name, n-unknown, n)
+		}
+	}
+	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes did not answer, so a leader cannot be ruled out: %w",
+		e.name, failed, n, errors.Join(errs...))
+}
+
+// OpLeader is the read of an election's leader ([Election.Leader]), as it
+// appears in a [NodeError].
+const OpLeader Op = "leader"
+
+// leaderRead is one node's answer to Leader.
+type leaderRead struct {
+	node int
+	rec  script.Record
+	ok   bool
+	err  error
+}
+
+// leaderCall is one node's part of a Leader read: a lane.Handler.
+type leaderCall struct {
+	lane.Call
+	node int
+	out  chan<- leaderRead // room for every node: never blocks
+	once sync.Once
+}
+
+func (c *leaderCall) Sendable() bool   { return true }
+func (c *leaderCall) Held() *lane.Call { return nil }
+
+func (c *leaderCall) Done(r lane.Result) {
+	if r.Err != nil {
+		c.send(leaderRead{node: c.node, err: r.Err})
+		return
+	}
+	rec, ok, err := script.ReadRecord(r.Reply)
+	c.send(leaderRead{node: c.node, rec: rec, ok: ok, err: err})
+}
+
+func (c *leaderCall) Silent(r lane.Result) { c.send(leaderRead{node: c.node, err: r.Err}) }
+
+func (c *leaderCall) send(a leaderRead) { c.once.Do(func() { c.out <- a }) }
+
+// observePoll is how often Observe reads the leader when no announcement
+// comes: the most a leader change can go unseen on nodes without pub/sub,
+// or when a term ends by expiry, which nothing announces.
+const observePoll = time.Second
+
+// Observe returns a channel that receives the current leader (if any),
+// then each new term as it starts, in term order (a term that started and
+// ended between two reads may be missed; a term is never sent twice or
+// after a later one). It reads the leader when a node announces a term on
+// [ElectedChannel] (one subscription per node, for as long as the channel
+// is open) and at least once a second. The channel is closed when ctx ends
+// or the Redlock is closed; a receiver that stops reading holds the reads
+// up, nothing else. Bad input (a nil or zero Election, a bad name, a nil
+// ctx) gives a closed channel.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader)
+	if e.ready(ctx) != nil {
+		close(ch)
+		return ch
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	closed := e.r.terms.done()
+	poke := make(chan struct{}, 1)
+	subs := e.subscribe(ctx, poke)
+	go func() {
+		defer close(ch)
+		defer subs.Wait()
+		defer cancel()
+		var last uint64
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-closed:
+				return
+			case <-poke:
+			case <-t.C:
+			}
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+			t.Reset(observePoll)
+			l, err := e.Leader(ctx)
+			if err != nil || l.Term <= last {
+				continue
+			}
+			select {
+			case ch <- l:
+				last = l.Term
+			case <-ctx.Done():
+				return
+			case <-closed:
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// subscribe listens on every node for this election's announcements on
+// ElectedChannel, each poking poke, until ctx ends. Each node's
+// subscription is made in its own goroutine: a node that does not answer
+// holds up nothing but its own.
+func (e *Election) subscribe(ctx context.Context, poke chan<- struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, nd := range e.r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ps *redis.PubSub
+			if cc := nd.Cluster(); cc != nil {
+				ps = cc.Subscribe(ctx, ElectedChannel) // PUBLISH reaches every shard
+			} else {
+				ps = nd.Client().Subscribe(ctx, ElectedChannel)
+			}
+			defer ps.Close()
+			msgs := ps.Channel()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						return
+					}
+					if m.Payload == e.key {
+						select {
+						case poke <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		}()
+	}
+	return &wg
+}
