@@ -203,6 +203,35 @@
 // (WAITAOF) make a node's vote count only once its write has reached its
 // replicas.
 //
+// # Leader election
+//
+// [Redlock.Election] names an election among candidates that use the same
+// nodes; at most one leads at a time, under the assumptions of a lock.
+// [Election.Campaign] blocks until the candidate leads and returns its
+// [Term]; [Election.Lead] runs a function while leading and resigns when it
+// returns. A term is a fenced lock on "redlock:election:" + name, extended
+// as Using extends its lock, and its number ([Term.Number], [TokenFrom] in
+// Lead's fn) is its fencing token: greater than every earlier term's, by the
+// argument above. The term's write-back also records value:term:id in
+// "redlock:leader:{tag}:redlock:election:" + name on each node that takes
+// it, and announces the term on [ElectedChannel]. [Election.Leader] reads
+// the records: a candidate leads when a quorum of nodes hold both its lock
+// and its record; [ErrNoLeader] when the nodes that answered rule every
+// candidate out. [Election.Observe] reads the leader at each announcement
+// and at least once a second, and sends each new term, in order.
+//
+// A term's context ([Term.Context]) ends before anyone else can lead: at
+// [Term.Resign] before the release is sent (cause [ErrResigned]); when an
+// extension finds the lock gone, or the lock's validity ends with no
+// extension through (cause matching [ErrExtensionFailed]), which is before
+// the keys expire on the nodes by the drift allowance; at [Redlock.Close]
+// (cause [ErrClosed]). A successor needs a quorum of nodes free of the
+// term's keys: after its release, or its expiry. So a resigned leader is
+// followed within a few round trips (the waiting candidates wake on the
+// release's announcement), and a dead one within its ttl plus a retry
+// delay. As with any lock, a leader paused past its validity may still act
+// for a moment when it wakes: fence its writes with the term's number.
+//
 // # Waiting
 //
 // A waiting Acquire wakes at the first announcement that one of its

@@ -102,8 +102,9 @@ func (e *Election) ready(ctx context.Context) error {
 // is extended as [Redlock.Using] extends its lock, by ttl whenever less than
 // the automatic extension threshold is left, and its context ends as soon
 // as an extension fails for good, before the lock's validity ends. The
-// term's context carries ctx's values, not its end: the campaign's ctx bounds
-// the wait, not the term. Resign the term when done (or use
+// term's context carries ctx's values, not its end (the campaign's ctx bounds
+// the wait, not the term), and the term's number as its fencing token
+// ([TokenFrom]). Resign the term when done (or use
 // [Election.Lead]); [Redlock.Close] resigns every term of its Redlock.
 //
 // Campaign returns an error matching [ErrInvalidArgument] for a bad name or
@@ -129,7 +130,7 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 	}
 	lock.cfg = cfg
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	t := &Term{id: id, lock: lock, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	t := &Term{id: id, lock: lock, ctx: withToken(tctx, lock.token), cancel: cancel, done: make(chan struct{})}
 	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}
 	go t.ext.run(tctx)
 	if !r.terms.add(t) { // closed while it campaigned
@@ -169,7 +170,8 @@ func (e *Election) check(ctx context.Context, id string, ttl time.Duration, opts
 }
 
 // Lead campaigns as id (see [Election.Campaign]), runs fn with the term's
-// context once it leads, and resigns when fn returns (or panics). fn's
+// context once it leads, and resigns when fn returns (or panics).
+// [TokenFrom](ctx) gives fn the term's number, to fence its writes. fn's
 // context ends when the term is lost (its cause matching
 // [ErrExtensionFailed]), when ctx ends, or when the Redlock is closed; fn
 // should stop acting as the leader when it does. Lead returns Campaign's

@@ -88,10 +88,11 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 					}
 					defer inside.Add(-1)
 					n, ok := redlock.TokenFrom(ctx)
-					assert.False(t, ok, "Lead's fn is given the Term, not a token: %d", n)
+					assert.True(t, ok, "Lead's fn gets the term's number as its fencing token")
 					l, err := e.Leader(ctx)
 					if assert.NoError(t, err) {
 						assert.Equal(t, id, l.ID)
+						assert.Equal(t, n, l.Term)
 						mu.Lock()
 						seen = append(seen, l.Term)
 						mu.Unlock()

@@ -93,7 +93,8 @@ type tokenKey struct{}
 
 // TokenFrom returns the fencing token of the lock that a fenced
 // [Redlock.Using] runs fn under, from fn's context (or one derived from
-// it), and true; it returns 0 and false for any other context, a non-fenced
+// it), and true; from a [Term]'s context (and [Election.Lead]'s fn's), the
+// term's number. It returns 0 and false for any other context, a non-fenced
 // Using's among them. See [WithFencing].
 func TokenFrom(ctx context.Context) (uint64, bool) {
 	if ctx == nil {

@@ -1,0 +1,167 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-redlock/redlock"
+)
+
+// One replica of many leads: Lead campaigns, runs the leader's work with
+// the term's context, and resigns when it returns. Looping over Lead leads
+// again after a lost term, until ctx ends.
+func ExampleElection_Lead() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close() // resigns a term still held
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	election := rl.Election("scheduler")
+	for ctx.Err() == nil {
+		err := election.Lead(ctx, "pod-a", 10*time.Second, func(ctx context.Context) error {
+			term, _ := redlock.TokenFrom(ctx) // the term's number: fence every write with it
+			fmt.Println("leading, term", term)
+			// ... run the scheduler until ctx ends ...
+			cancel() // (here: step down at once)
+			<-ctx.Done()
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			fmt.Println("term ended:", err) // lost: campaign again
+		}
+	}
+	// Output:
+	// leading, term 1
+}
+
+// The election is a name: two Elections of one name, in two processes
+// (here, two Redlocks over the same nodes), are the same election.
+func ExampleRedlock_Election() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	a, _ := redlock.New(clients)
+	defer a.Close()
+	ctx := context.Background()
+
+	term, _ := a.Election("outbox-relay").Campaign(ctx, "pod-a", 10*time.Second)
+	defer term.Resign(ctx)
+
+	b, _ := redlock.New(clients) // another replica's
+	defer b.Close()
+	leader, _ := b.Election("outbox-relay").Leader(ctx)
+	fmt.Printf("%s leads, term %d\n", leader.ID, leader.Term)
+	// Output:
+	// pod-a leads, term 1
+}
+
+// Campaign blocks until the candidate leads, or until ctx ends: a bounded
+// wait is a ctx with a timeout.
+func ExampleElection_Campaign() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	election := rl.Election("cron")
+
+	first, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
+	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err := election.Campaign(wait, "pod-b", 10*time.Second)
+	fmt.Println("pod-b leads:", err == nil, "- waited out:", errors.Is(err, context.DeadlineExceeded))
+
+	_ = first.Resign(ctx)
+	second, _ := election.Campaign(ctx, "pod-b", 10*time.Second)
+	fmt.Println("pod-b leads, term", second.Number(), "> term", first.Number())
+	_ = second.Resign(ctx)
+	// Output:
+	// pod-b leads: false - waited out: true
+	// pod-b leads, term 2 > term 1
+}
+
+// A Term's context ends when the term does; its cause says how.
+func ExampleTerm() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+
+	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	fmt.Println(term.ID(), "leads, term", term.Number())
+	go func() {
+		_ = term.Resign(ctx) // a rolling deploy's SIGTERM, say
+	}()
+	<-term.Context().Done()
+	fmt.Println("term over:", errors.Is(context.Cause(term.Context()), redlock.ErrResigned))
+	// Output:
+	// pod-a leads, term 1
+	// term over: true
+}
+
+// Resign ends the term's context, then releases the election: a waiting
+// candidate leads within a few round trips.
+func ExampleTerm_Resign() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	election := rl.Election("cron")
+
+	term, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
+	if err := term.Resign(ctx); err != nil {
+		fmt.Println("resign:", err)
+	}
+	_, err := election.Leader(ctx)
+	fmt.Println("no leader:", errors.Is(err, redlock.ErrNoLeader))
+	// Output:
+	// no leader: true
+}
+
+// Leader says who leads as a quorum of nodes holds it.
+func ExampleElection_Leader() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	election := rl.Election("cron")
+
+	if _, err := election.Leader(ctx); errors.Is(err, redlock.ErrNoLeader) {
+		fmt.Println("nobody leads")
+	}
+	term, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
+	defer term.Resign(ctx)
+	leader, err := election.Leader(ctx)
+	fmt.Println(leader.ID, leader.Term, err)
+	// Output:
+	// nobody leads
+	// pod-a 1 <nil>
+}
+
+// Observe follows the leaders: the current one, then each new term.
+func ExampleElection_Observe() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	election := rl.Election("cron")
+
+	first, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
+	leaders := election.Observe(ctx)
+	fmt.Println(<-leaders)
+	_ = first.Resign(ctx)
+	second, _ := election.Campaign(ctx, "pod-b", 10*time.Second)
+	fmt.Println(<-leaders)
+	_ = second.Resign(ctx)
+	// Output:
+	// {pod-a 1}
+	// {pod-b 2}
+}
