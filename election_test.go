@@ -388,9 +388,12 @@ func TestElectionBadInput(t *testing.T) {
 	fn := func(context.Context) error { return nil }
 	var nilElection *redlock.Election
 	cases := map[string]func() error{
-		"empty name":  func() error { _, err := f.rl.Election("").Campaign(ctx, "a", time.Second); return err },
-		"empty id":    func() error { _, err := f.rl.Election("x").Campaign(ctx, "", time.Second); return err },
-		"long id":     func() error { _, err := f.rl.Election("x").Campaign(ctx, string(make([]byte, 1025)), time.Second); return err },
+		"empty name": func() error { _, err := f.rl.Election("").Campaign(ctx, "a", time.Second); return err },
+		"empty id":   func() error { _, err := f.rl.Election("x").Campaign(ctx, "", time.Second); return err },
+		"long id": func() error {
+			_, err := f.rl.Election("x").Campaign(ctx, string(make([]byte, 1025)), time.Second)
+			return err
+		},
 		"short ttl":   func() error { _, err := f.rl.Election("x").Campaign(ctx, "a", 500*time.Millisecond); return err },
 		"nil fn":      func() error { return f.rl.Election("x").Lead(ctx, "a", time.Second, nil) },
 		"nil ctx":     func() error { _, err := f.rl.Election("x").Leader(nil); return err }, //nolint:staticcheck // the point
