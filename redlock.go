@@ -328,7 +328,8 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 // node timeouts when that is longer).
 const closeWait = time.Second
 
-// Close ends the Redlock's subscriptions to release announcements (one
+// Close resigns the live terms of its elections (see [Term.Resign]; their
+// contexts end with cause [ErrClosed]), ends the Redlock's subscriptions to release announcements (one
 // connection per node, opened by the first Acquire that had to wait; on a
 // Cluster, one per resource being waited for), sends at once the releases
 // held for nodes that had not replied, and waits for the subscription
