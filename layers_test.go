@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,5 +55,30 @@ func TestLayers(t *testing.T) {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		assert.LessOrEqual(t, strings.Count(string(b), "\n"), 400, "%s: a root file of more than 400 lines", f)
+	}
+}
+
+// No build output is committed (an 11 MB cmd/redlock/redlock once was):
+// no tracked file is an executable binary or larger than 1 MiB, and
+// .gitignore keeps the commands' outputs out.
+func TestNoBuildOutputsCommitted(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		fi, err := os.Stat(f)
+		if err != nil || fi.IsDir() {
+			continue // deleted in the work tree
+		}
+		assert.LessOrEqual(t, fi.Size(), int64(1<<20), "%s: a tracked file of %d bytes", f, fi.Size())
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.False(t, strings.HasPrefix(string(b), "\x7fELF"), "%s is a compiled binary", f)
+	}
+	ignore, err := os.ReadFile(".gitignore")
+	require.NoError(t, err)
+	for _, p := range []string{"/cmd/redlock/redlock", "/redlock"} {
+		assert.Contains(t, string(ignore), p+"\n", ".gitignore keeps %s out", p)
 	}
 }
