@@ -239,13 +239,20 @@ func (t *Term) Number() uint64 {
 // (cause [ErrResigned]), lost (its lock could not be extended: cause
 // matching [ErrExtensionFailed], before the lock's validity ends), or the
 // Redlock closed (cause [ErrClosed]). It carries the values of Campaign's
-// ctx.
+// ctx. A nil or zero Term, which never led, has a context that has ended.
 func (t *Term) Context() context.Context {
-	if t == nil {
-		return context.Background()
+	if t == nil || t.ctx == nil {
+		return notLeading
 	}
 	return t.ctx
 }
+
+// notLeading is the context of a Term that never led.
+var notLeading = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(invalid("nil or zero Term: terms come from Campaign"))
+	return ctx
+}()
 
 // Resign ends the term: its context ends first, then it stops being
 // extended, then its lock is released, so that a waiting candidate leads

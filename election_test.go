@@ -405,6 +405,11 @@ func TestElectionBadInput(t *testing.T) {
 		err := call()
 		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
 	}
+	for _, term := range []*redlock.Term{nil, {}} {
+		<-term.Context().Done() // a Term that never led
+		assert.ErrorIs(t, context.Cause(term.Context()), redlock.ErrInvalidArgument)
+		assert.Zero(t, term.Number())
+	}
 	_, closed := <-nilElection.Observe(ctx)
 	assert.False(t, closed, "Observe of a nil Election gives a closed channel")
 	assert.Zero(t, f.DBSize(t, 0), "nothing was written")
