@@ -40,7 +40,7 @@ func (nc *nodeCall) Sendable() bool { return nc.as.sending(nc.i) }
 
 // Done implements lane.Handler: the node's answer is its vote.
 func (nc *nodeCall) Done(r lane.Result) {
-	rep, err := judge(nc.as.op, nc.s, len(nc.Keys), r)
+	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
 	nc.counter = rep.Counter
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
@@ -55,7 +55,7 @@ func (nc *nodeCall) Done(r lane.Result) {
 // success, whatever its second run says.
 func (nc *nodeCall) Silent(r lane.Result) {
 	if nc.as.op == OpRelease && r.First != nil {
-		if rep, err := judge(OpRelease, nc.s, len(nc.Keys), *r.First); err == nil && rep.Full() {
+		if rep, err := judge(OpRelease, nc.s, len(nc.as.keys), *r.First); err == nil && rep.Full() {
 			return
 		}
 	}
@@ -66,7 +66,7 @@ func (nc *nodeCall) Silent(r lane.Result) {
 // sent again when the node answers; its delete counts for the Release.
 func (nc *nodeCall) Held() *lane.Call {
 	as := nc.as
-	rc := &releaseCall{s: nc.s, cfg: as.cfg, node: as.q.nodes[nc.i]}
+	rc := &releaseCall{s: nc.s, cfg: as.cfg, node: as.q.nodes[nc.i], resources: len(as.keys)}
 	if as.deleted != nil {
 		rc.deleted = &as.deleted[nc.i]
 	}
@@ -79,11 +79,12 @@ func (nc *nodeCall) Held() *lane.Call {
 // record of its own deletes), when set.
 type releaseCall struct {
 	lane.Call
-	s       *script.Script
-	cfg     *config
-	node    *lane.Node
-	deleted *atomic.Bool
-	pending *flight.Flight // a failed attempt's cleanups: done once answered or given up
+	s         *script.Script
+	cfg       *config
+	node      *lane.Node
+	resources int // how many resources its KEYS stand for
+	deleted   *atomic.Bool
+	pending   *flight.Flight // a failed attempt's cleanups: done once answered or given up
 }
 
 func (rc *releaseCall) Sendable() bool     { return true }
@@ -95,7 +96,7 @@ func (rc *releaseCall) Done(r lane.Result) {
 	if rc.pending != nil {
 		defer rc.pending.Done()
 	}
-	_, err := judge(OpRelease, rc.s, len(rc.Keys), r)
+	_, err := judge(OpRelease, rc.s, rc.resources, r)
 	var rle *ResourceLockedError
 	switch {
 	case err == nil && rc.deleted != nil:
@@ -105,25 +106,26 @@ func (rc *releaseCall) Done(r lane.Result) {
 	}
 }
 
-// judge turns a lane's Result for script s, run by op on keys KEYS, into a
+// judge turns a lane's Result for script s, run by op on that many
+// resources, into a
 // vote (nil: for) and the script's reply. A call sent twice (see
 // internal/lane's resends) is judged on its second run, except that a
 // release counts the keys both runs deleted.
-func judge(op Op, s *script.Script, keys int, r lane.Result) (script.Reply, error) {
-	rep, err := judgeOnce(op, s, keys, r)
+func judge(op Op, s *script.Script, resources int, r lane.Result) (script.Reply, error) {
+	rep, err := judgeOnce(op, s, resources, r)
 	if r.First != nil && op == OpRelease {
-		_, first := judgeOnce(op, s, keys, *r.First)
+		_, first := judgeOnce(op, s, resources, *r.First)
 		err = rerun(first, err)
 	}
 	return rep, err
 }
 
 // judgeOnce judges one run.
-func judgeOnce(op Op, s *script.Script, keys int, r lane.Result) (script.Reply, error) {
+func judgeOnce(op Op, s *script.Script, resources int, r lane.Result) (script.Reply, error) {
 	if r.Err != nil {
 		return script.Reply{}, fromLane(r.Err)
 	}
-	rep, err := s.Read(r.Reply, keys)
+	rep, err := s.Read(r.Reply, resources)
 	switch {
 	case err != nil:
 		return rep, err

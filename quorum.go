@@ -283,7 +283,7 @@ func (as *attemptState) clean(i int) {
 	cl := as.cleanup
 	cl.pending.Add()
 	nd := as.q.nodes[i]
-	rc := &releaseCall{s: script.Cleanup, cfg: as.cfg, node: nd, pending: &cl.pending}
+	rc := &releaseCall{s: script.Cleanup, cfg: as.cfg, node: nd, pending: &cl.pending, resources: len(as.keys)}
 	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: script.Cleanup.Hash, Src: script.Cleanup.Src, Keys: as.keys, Args: []any{cl.value},
 		Timeout: as.cfg.nodeTimeout, H: rc}
 	nd.Lane(as.keys[0], as.acked).Submit(&rc.Call)

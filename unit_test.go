@@ -325,7 +325,7 @@ func TestRefusalClasses(t *testing.T) {
 // count of resources (half its KEYS) for the write-back; anything else is
 // an unexpected result, never a vote for.
 func TestFencedJudge(t *testing.T) {
-	keys := fencedKeys([]string{"a", "b"})
+	keys := []string{"a", "b"} // the resources; their counters follow them in KEYS
 	reply := func(v any) lane.Result { return lane.Result{Reply: v} }
 	rep, err := judge(OpAcquire, script.FencedAcquire, len(keys), reply([]any{int64(2), int64(7)}))
 	assert.NoError(t, err)
@@ -344,7 +344,7 @@ func TestFencedJudge(t *testing.T) {
 	assert.ErrorAs(t, err, &rle)
 	assert.Equal(t, OpFence, rle.Op)
 	assert.ErrorIs(t, rle, ErrLockExpired)
-	assert.Equal(t, []string{"a", "b", "redlock:fence:{a}:a", "redlock:fence:{b}:b"}, keys)
+	assert.Equal(t, []string{"a", "b", "redlock:fence:{a}:a", "redlock:fence:{b}:b"}, fencedKeys(keys))
 }
 
 // A first round that reaches its quorum with no validity left sends no

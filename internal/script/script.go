@@ -176,11 +176,15 @@ const (
 type Script struct {
 	Src  string
 	Hash string
-	// Fenced: KEYS are the resources, then their fencing counters, so a
-	// reply counts half of them.
-	Fenced bool
 	// Counter: the reply is {applied, highest counter} (the fenced acquire).
 	Counter bool
+	// Picks: the reply is {applied, the permit taken of each resource...}
+	// (a semaphore's acquire), or {0} when it applied to none.
+	Picks bool
+	// Announces: ARGV ends with the command that announces a release
+	// ("publish", or "spublish" on a Cluster), then a channel per
+	// resource (see package redlock's scriptFor).
+	Announces bool
 }
 
 func newScript(src string) *Script {
@@ -195,27 +199,26 @@ var (
 	Release        = newScript(releaseSrc)
 	ReleaseSharded = newScript(releaseShardedSrc)
 	Cleanup        = newScript(cleanupSrc)
-	FencedAcquire  = &Script{Src: fencedAcquireSrc, Hash: newScript(fencedAcquireSrc).Hash, Fenced: true, Counter: true}
-	WriteBack      = &Script{Src: writeBackSrc, Hash: newScript(writeBackSrc).Hash, Fenced: true}
+	FencedAcquire  = &Script{Src: fencedAcquireSrc, Hash: newScript(fencedAcquireSrc).Hash, Counter: true}
+	WriteBack      = newScript(writeBackSrc)
 )
 
 // Reply is what a script answered, read.
 type Reply struct {
 	Applied   int64  // the resources it applied to
-	Resources int    // the resources it was given (half the KEYS of a fenced script)
+	Resources int    // the resources it was given
 	Counter   uint64 // Counter scripts: the highest fencing counter of the resources
+	Picks     string // Picks scripts: the permit taken of each resource, "2" or "2,1"
 }
 
 // Full reports whether the script applied to every resource.
 func (r Reply) Full() bool { return r.Applied == int64(r.Resources) }
 
-// Read reads s's answer res to a call with keys KEYS, or returns an
-// *UnexpectedError when res is not an answer s gives.
-func (s *Script) Read(res any, keys int) (Reply, error) {
-	r := Reply{Resources: keys}
-	if s.Fenced {
-		r.Resources /= 2
-	}
+// Read reads s's answer res to a call on that many resources (a fenced
+// script's KEYS hold their counters too, a semaphore's its permits), or
+// returns an *UnexpectedError when res is not an answer s gives.
+func (s *Script) Read(res any, resources int) (Reply, error) {
+	r := Reply{Resources: resources}
 	if s.Counter {
 		a, ok := res.([]any)
 		if !ok || len(a) != 2 {
@@ -226,6 +229,30 @@ func (s *Script) Read(res any, keys int) (Reply, error) {
 			return r, &UnexpectedError{res}
 		}
 		r.Counter, res = uint64(top), a[0]
+	}
+	if s.Picks {
+		a, ok := res.([]any)
+		if !ok || len(a) == 0 {
+			return r, &UnexpectedError{res}
+		}
+		if n, _ := a[0].(int64); n != 0 {
+			if len(a) != resources+1 {
+				return r, &UnexpectedError{res}
+			}
+			b := make([]byte, 0, 4*resources)
+			for i, x := range a[1:] {
+				p, ok := x.(int64)
+				if !ok || p < 1 {
+					return r, &UnexpectedError{res}
+				}
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendInt(b, p, 10)
+			}
+			r.Picks = string(b)
+		}
+		res = a[0]
 	}
 	n, ok := res.(int64)
 	if !ok {
@@ -286,9 +313,9 @@ return ""
 )
 
 // The election's scripts. ElectWriteBack's KEYS are one lock key, its
-// counter and its record: Read counts one resource (Fenced halves three).
+// counter and its record: one resource.
 var (
-	ElectWriteBack = &Script{Src: electWriteBackSrc, Hash: newScript(electWriteBackSrc).Hash, Fenced: true}
+	ElectWriteBack = newScript(electWriteBackSrc)
 	Leader         = newScript(leaderSrc)
 )
 
