@@ -27,6 +27,7 @@ type nodeCall struct {
 	s  *script.Script
 
 	counter   uint64       // a fenced acquire's answer: the highest fencing counter of its resources there
+	picks     string       // a semaphore's acquire: the permits the node took
 	acks      int          // with WithReplicaAck: how many replicas took the write (-1: not known)
 	state     atomic.Int32 // callQueued ... callDone
 	voted     atomic.Bool  // its vote was counted: its answer, or the collector giving up on it
@@ -41,7 +42,7 @@ func (nc *nodeCall) Sendable() bool { return nc.as.sending(nc.i) }
 // Done implements lane.Handler: the node's answer is its vote.
 func (nc *nodeCall) Done(r lane.Result) {
 	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
-	nc.counter = rep.Counter
+	nc.counter, nc.picks = rep.Counter, rep.Picks
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
 		err = judgeAcks(nc.Ack, r)
@@ -212,15 +213,33 @@ func (e *sameServerError) Error() string {
 // Is makes it match ErrInvalidArgument: the clients given to New are wrong.
 func (e *sameServerError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// scriptFor returns the script and arguments that run s on nd: on a
-// Cluster, a release announces on each resource's sharded channel.
-func scriptFor(nd *lane.Node, s *script.Script, keys []string, args []any) (*script.Script, []any) {
-	if nd.Cluster() == nil || s != script.Release {
+// scriptFor returns the script and arguments that run s on resources on nd:
+// on a Cluster, a release announces on each resource's sharded channel; a
+// script that Announces gets the command and the channels at the end of
+// its ARGV.
+func scriptFor(nd *lane.Node, s *script.Script, resources []string, args []any) (*script.Script, []any) {
+	switch {
+	case s.Announces:
+		out := make([]any, 0, len(args)+1+len(resources))
+		out = append(out, args...)
+		if nd.Cluster() == nil {
+			out = append(out, "publish")
+			for range resources {
+				out = append(out, ReleasedChannel)
+			}
+			return s, out
+		}
+		out = append(out, "spublish")
+		for _, r := range resources {
+			out = append(out, shardedChannel(r))
+		}
+		return s, out
+	case nd.Cluster() == nil || s != script.Release:
 		return s, args
 	}
-	sharded := make([]any, 0, len(args)+len(keys))
+	sharded := make([]any, 0, len(args)+len(resources))
 	sharded = append(sharded, args...)
-	for _, k := range keys {
+	for _, k := range resources {
 		sharded = append(sharded, shardedChannel(k))
 	}
 	return script.ReleaseSharded, sharded

@@ -44,12 +44,12 @@ func candidate(t *testing.T, f *fixture, opts ...redlock.Option) (*redlock.Redlo
 // electionKey is the lock key of the election called name.
 func electionKey(name string) string { return "redlock:election:" + name }
 
-// waitingFor waits until rl has a campaign of election name queued and
+// waitingFor waits until rl has a call waiting for key queued and
 // subscribed on every node of f (see queued).
-func waitingFor(t *testing.T, f *fixture, rl *redlock.Redlock, name string) {
+func waitingFor(t *testing.T, f *fixture, rl *redlock.Redlock, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		if redlock.QueuedWaiters(rl, []string{electionKey(name)}) != 1 {
+		if redlock.QueuedWaiters(rl, []string{key}) != 1 {
 			return false
 		}
 		for _, p := range f.Peek {
@@ -59,7 +59,7 @@ func waitingFor(t *testing.T, f *fixture, rl *redlock.Redlock, name string) {
 			}
 		}
 		return true
-	}, 10*time.Second, time.Millisecond, "a campaign queued and subscribed")
+	}, 10*time.Second, time.Millisecond, "a call waiting for %s queued and subscribed", key)
 }
 
 // Candidates in separate Redlocks (as separate processes) lead one at a
@@ -176,7 +176,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 			assert.NoError(t, err, "led only on the release's announcement")
 			got <- term
 		}()
-		waitingFor(t, f, rl, "handover")
+		waitingFor(t, f, rl, electionKey("handover"))
 		start := time.Now()
 		require.NoError(t, leader.Resign(ctx))
 		term := <-got

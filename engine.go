@@ -23,6 +23,7 @@ type outcome struct {
 	win      *ExecutionStats // the successful attempt, or nil
 	value    string          // acquire: the successful attempt's value
 	token    uint64          // fenced acquire: the successful attempt's token
+	picks    string          // a semaphore's acquire: the permits of the successful attempt
 	err      *ExecutionError
 }
 
@@ -123,7 +124,7 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	if p.freshValue {
 		// A fresh slice: the previous attempt's calls may still read theirs.
 		c.o.value = randomValue()
-		c.args = []any{c.o.value, p.args[1]}
+		c.args = append([]any{c.o.value}, p.args[1:]...)
 	}
 	c.tries++
 	began := time.Now()
@@ -134,6 +135,7 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	if len(st.VotesFor) >= q && p.ttl > 0 && time.Since(st.Start) >= p.ttl-c.d {
 		st.Late = true
 	}
+	c.o.picks = st.picks
 	if c.cfg.retryCount == -1 {
 		c.o.attempts = append(c.o.attempts[:0], st) // unlimited: keep the last only
 	} else {
@@ -173,7 +175,7 @@ func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionErro
 	// they give up). Only a node that said "held by another" surely wrote
 	// nothing; a vote for, an error, or no answer yet may all mean a write.
 	// The release runs even when ctx has ended, and is not waited for here.
-	if p.undoFailed && held < n {
+	if p.undoFailed && (held < n || p.s.Picks) { // a semaphore's "held" may be a split: that node wrote
 		c.cleaning = as.releaseWrites()
 	}
 	// A quorum of "not held" for extend or release cannot change by

@@ -68,11 +68,14 @@ type ResourceLockedError struct {
 	Op        Op
 	Applied   int64 // how many resources the script applied to on that node
 	Requested int   // how many resources were requested
+	split     bool  // a semaphore's node that took other permits than the quorum's
 }
 
 // Error implements the error interface.
 func (e *ResourceLockedError) Error() string {
 	switch {
+	case e.split:
+		return "took other permits than the quorum's (contenders split the nodes)"
 	case e.Op == OpAcquire:
 		return "held by another lock"
 	case e.Applied > 0:
@@ -317,6 +320,8 @@ var refusals = []refusal{
 		"the protected resource must be moved to a new resource name"},
 	{prefix: script.BadCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
 		"and never write to " + script.FencePrefix + "* keys"},
+	{prefix: script.MixedKinds, badInput: true, what: "every user of a resource must take the same kind of lock: the same WithPermits(n), " +
+		"or WithShared(true) and the exclusive lock, never a semaphore and a shared lock"},
 	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
 		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
 	{prefix: "ERR unknown command 'WAITAOF'", what: "WithAOFAck needs WAITAOF, which Redis 7.2 added: upgrade the node, " +

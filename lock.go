@@ -21,6 +21,8 @@ type Lock struct {
 	resources  []string
 	value      string
 	token      uint64 // the fencing token; 0 when not fenced
+	kind       lockKind
+	picks      []any // a semaphore's: the permit held of each resource
 	expiration time.Time
 	attempts   []ExecutionStats
 	life       *lockLife // shared by every handle of the lock
@@ -50,6 +52,8 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error
 		resources:  p.res,
 		value:      o.value,
 		token:      o.token,
+		kind:       kindOf(cfg),
+		picks:      parsePicks(o.picks),
 		expiration: o.win.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl)),
 		attempts:   o.attempts,
 		life:       &lockLife{},

@@ -27,6 +27,8 @@ type config struct {
 	onError            func(error)
 	wake               bool
 	fencing            bool
+	permits            int       // WithPermits; 0 and 1: exclusive
+	shared             bool      // WithShared
 	ack                *lane.Ack // WithReplicaAck, WithAOFAck; nil: none
 	observer           *Observer // WithObserver; nil: none
 }
@@ -41,6 +43,7 @@ func defaultConfig() config {
 		extensionThreshold: 500 * time.Millisecond,
 		nodeTimeout:        100 * time.Millisecond,
 		wake:               true,
+		permits:            1,
 	}
 }
 
@@ -67,6 +70,13 @@ func (c *config) validate() error {
 		return invalid("automatic extension threshold %v is outside [0, %v] (WithAutomaticExtensionThreshold)", c.extensionThreshold, maxDuration)
 	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
 		return invalid("node timeout %v is outside [%v, %v] (WithNodeTimeout)", c.nodeTimeout, minNodeTimeout, maxDuration)
+	case c.permits < 1 || c.permits > maxPermits:
+		return invalid("%d permits is outside [1, %d] (WithPermits; 1 is the exclusive lock)", c.permits, maxPermits)
+	case c.permits > 1 && c.shared:
+		return invalid("WithPermits(%d) and WithShared(true) together: a lock is a semaphore or a shared lock, not both", c.permits)
+	case c.fencing && (c.permits > 1 || c.shared):
+		return invalid("WithFencing with a semaphore or a shared lock: a fencing token orders holders that exclude each other, " +
+			"and permits or shared locks are held side by side; fence the exclusive lock that writes")
 	}
 	if a := c.ack; a != nil {
 		name := "WithReplicaAck"
@@ -275,4 +285,43 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) Option {
 		}
 		c.ack = &lane.Ack{Replicas: replicas, Local: l, AOF: true, Timeout: timeout}
 	}
+}
+
+// WithPermits makes Acquire and Using take one of n permits of each
+// resource: a counting semaphore, at most n holders at once, which keeps
+// its bound while a minority of nodes fails. The Lock holds its permit;
+// Extend and Release work on it, and a release wakes one waiter. Each
+// resource has n permit keys on every node ("redlock:permit:{tag}:" +
+// resource + ":" + i, in its Cluster slot), and its own key holds
+// "redlock:permits:n" while a permit is held. A permit is a lock on one of
+// the permit keys, granted when a quorum took the same one, so the argument
+// for mutual exclusion bounds each permit to one holder. Each acquire reads
+// the n permit keys on every node, so n is at most 1024.
+//
+// All the users of a resource must agree on its kind: a semaphore call on a
+// resource held as a semaphore of another n, or as a shared lock, fails at
+// once with an error naming both; an exclusive lock of a resource that
+// permits are held on waits until they are all released (and a semaphore
+// waits for an exclusive holder). WithPermits(1), the default, is the
+// exclusive lock, unchanged on the wire. It cannot be combined with
+// [WithFencing] or [WithShared]. n out of [1, 1024] is refused.
+func WithPermits(n int) Option {
+	return func(c *config) { c.permits = n }
+}
+
+// WithShared makes Acquire and Using take a shared (read) lock when on:
+// shared locks of a resource are held side by side, and an exclusive lock
+// (the default kind) excludes them all, and is excluded by any. Extend and
+// Release work on it as on any lock. Each resource's readers are a sorted
+// set beside it ("redlock:readers:{tag}:" + resource), and its own key
+// holds "redlock:shared" while a reader holds it, so an exclusive acquire
+// waits. An exclusive acquire that finds readers marks the resource
+// ("redlock:shared:w") on each node: no new reader is granted there until
+// the readers have left, so a writer waits at most for the longest reader
+// already in, however many readers come and go. Safety is by intersection:
+// a reader's quorum and a writer's share a node, which refuses whichever
+// came second. It cannot be combined with [WithFencing] or [WithPermits].
+// Default: off.
+func WithShared(on bool) Option {
+	return func(c *config) { c.shared = on }
 }

@@ -47,6 +47,12 @@ type plan struct {
 	wb     *script.Script
 	wbKeys []string
 	wbArgs []any
+	// undo, when set, is the script that releases a failed attempt's
+	// writes, on undoKeys with ARGV value, undoArgs... (a semaphore's or a
+	// shared lock's); else script.Cleanup on the resources.
+	undo     *script.Script
+	undoKeys []string
+	undoArgs []any
 	// waits lets the call wait for a release announcement between attempts
 	// (see WithWakeOnRelease).
 	waits bool

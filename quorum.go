@@ -24,9 +24,10 @@ func (q *quorum) needed() int { return len(q.nodes)/2 + 1 }
 
 // vote is one node's answer in one attempt.
 type vote struct {
-	node int
-	err  *NodeError // nil: for
-	acks int        // with replica acks: how many replicas took the write; -1 not known
+	node  int
+	err   *NodeError // nil: for
+	acks  int        // with replica acks: how many replicas took the write; -1 not known
+	picks string     // a semaphore's acquire: the permits the node took
 }
 
 // What happened to one node's call in one attempt.
@@ -64,6 +65,9 @@ type attemptState struct {
 	// deleted marks, for a release, the nodes that deleted the value in
 	// any attempt of the call (see execute).
 	deleted []atomic.Bool
+	// winner is, once a semaphore's attempt won, the permits its quorum
+	// took.
+	winner atomic.Pointer[string]
 }
 
 // attempt runs p on every node at once and collects votes until the outcome
@@ -85,7 +89,14 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
 	if p.undoFailed {
-		as.cleanup = &cleanup{value: args[0]}
+		as.cleanup = &cleanup{value: args[0], s: script.Cleanup, keys: p.res}
+		if p.undo != nil {
+			as.cleanup.s, as.cleanup.keys, as.cleanup.args = p.undo, p.undoKeys, p.undoArgs
+		}
+	}
+	var groups map[string][]int // a semaphore's acquire: the nodes that took each choice of permits
+	if p.s.Picks {
+		groups = map[string][]int{}
 	}
 	kind := lane.Write
 	if p.op == OpRelease {
@@ -98,7 +109,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			as.vote(i, nil)
 			continue
 		}
-		s, sargs := scriptFor(nd, p.s, p.keys, args)
+		s, sargs := scriptFor(nd, p.s, p.res, args)
 		nc.as, nc.i, nc.s, nc.acks = as, i, s, -1
 		nc.Call = lane.Call{Kind: kind, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: sargs, Timeout: cfg.nodeTimeout, Ack: ack, H: nc}
 		nd.Lane(p.res[0], p.acked).Submit(&nc.Call)
@@ -110,7 +121,20 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	defer timer.Stop()
 	done := ctx.Done()
 	for {
-		if ok, w := decided(n, len(st.VotesFor), len(st.VotesAgainst)); ok {
+		f, a := len(st.VotesFor), len(st.VotesAgainst)
+		if groups != nil {
+			// Only one choice of permits can win: the others' nodes count
+			// against it.
+			top := 0
+			for _, g := range groups {
+				top = max(top, len(g))
+			}
+			f, a = top, a+len(st.VotesFor)-top
+		}
+		if ok, w := decided(n, f, a); ok {
+			if groups != nil {
+				as.choose(&st, groups, w)
+			}
 			if w {
 				as.outcome.Store(attemptWon)
 			} else {
@@ -121,6 +145,9 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		select {
 		case v := <-as.votes:
 			st.add(v)
+			if groups != nil && v.err == nil {
+				groups[v.picks] = append(groups[v.picks], v.node)
+			}
 		case <-timer.C:
 			for i := range n {
 				if !as.nodes[i].voted.Load() {
@@ -153,7 +180,11 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	if err != nil {
 		ne = report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: as.op, Err: err})
 	}
-	as.votes <- vote{node: i, err: ne, acks: acks}
+	v := vote{node: i, err: ne, acks: acks}
+	if err == nil {
+		v.picks = as.nodes[i].picks // written before its answer, by the same goroutine
+	}
+	as.votes <- v
 }
 
 // sending reports whether node i's call is still worth sending, as its lane
@@ -229,6 +260,9 @@ func (as *attemptState) answer(i int, err error) {
 	}
 	nc.state.Store(callDone)
 	as.voteAcked(i, err, nc.acks)
+	if err == nil && nc.picks != "" {
+		as.stray(i) // a semaphore's node that took other permits than the quorum
+	}
 	if as.cleanup != nil && as.cleanup.failed.Load() {
 		as.clean(i)
 		if nc.awaited.Swap(false) {
@@ -237,8 +271,12 @@ func (as *attemptState) answer(i int, err error) {
 	}
 }
 
-// cleanup is the release of a failed acquire attempt's writes.
+// cleanup is the release of a failed acquire attempt's writes: s on keys
+// with ARGV value, args...
 type cleanup struct {
+	s       *script.Script
+	keys    []string
+	args    []any
 	value   any           // the attempt's value
 	failed  atomic.Bool   // the attempt failed: release what it wrote
 	pending flight.Flight // the releases sent, until answered
@@ -283,8 +321,8 @@ func (as *attemptState) clean(i int) {
 	cl := as.cleanup
 	cl.pending.Add()
 	nd := as.q.nodes[i]
-	rc := &releaseCall{s: script.Cleanup, cfg: as.cfg, node: nd, pending: &cl.pending, resources: len(as.keys)}
-	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: script.Cleanup.Hash, Src: script.Cleanup.Src, Keys: as.keys, Args: []any{cl.value},
+	rc := &releaseCall{s: cl.s, cfg: as.cfg, node: nd, pending: &cl.pending, resources: len(as.keys)}
+	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: cl.s.Hash, Src: cl.s.Src, Keys: cl.keys, Args: append([]any{cl.value}, cl.args...),
 		Timeout: as.cfg.nodeTimeout, H: rc}
 	nd.Lane(as.keys[0], as.acked).Submit(&rc.Call)
 }

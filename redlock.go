@@ -151,8 +151,11 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
 	keys := append([]string(nil), resources...) // the caller may reuse theirs
 	p := acquirePlan(keys, ttl)
-	if cfg.fencing {
+	switch k := kindOf(cfg); {
+	case cfg.fencing:
 		p = fencedAcquirePlan(keys, ttl)
+	case !k.exclusive():
+		p = kindAcquirePlan(k, keys, ttl)
 	}
 	return r.grant(ctx, cfg, p)
 }
@@ -211,7 +214,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	}
-	p := extendPlan(lock.resources, lock.value, lock.until(), ttl)
+	p := lock.extendPlan(ttl)
 	p.acked = lock.cfg.ack != nil
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
@@ -236,6 +239,8 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		resources:  lock.resources,
 		value:      lock.value,
 		token:      lock.token,
+		kind:       lock.kind,
+		picks:      lock.picks,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       lock.life,
@@ -301,7 +306,7 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		one.retryCount = 0
 		cfg, ctx = &one, context.WithoutCancel(ctx)
 	}
-	rp := releasePlan(lock.resources, lock.value, time.Unix(0, life.until.Load()))
+	rp := lock.releasePlan(time.Unix(0, life.until.Load()))
 	rp.acked = lock.cfg.ack != nil
 	o := r.execute(ctx, cfg, rp)
 	if out != nil {

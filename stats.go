@@ -35,6 +35,7 @@ type ExecutionStats struct {
 
 	token uint64     // a fenced attempt whose first round reached a quorum: its token
 	fence fenceRound // and what became of its write-back
+	picks string     // a semaphore's attempt that won: the permits its quorum took
 }
 
 // fenceRound is what became of a fenced attempt's write-back.

@@ -25,6 +25,14 @@ const FencePrefix = "redlock:fence:"
 // exhausted.
 const MaxToken = 1<<53 - 1
 
+// writerWaits is the part of an exclusive acquire that found a key held
+// (v) by shared locks: it marks the key so that no new shared lock is
+// granted there, and the readers drain (a writer is not starved by readers
+// that come and go). It costs nothing when the key holds anything else.
+const writerWaits = `
+    if v == "` + SharedMarker + `" then redis.call("set", key, "` + SharedWriterWaits + `", "PX", math.max(redis.call("pttl", key), 1)) end
+    `
+
 // The Lua scripts. KEYS are the resources; ARGV[1] is the lock's value and,
 // for acquire and extend, ARGV[2] the ttl in milliseconds. Each returns how
 // many resources it applied to; only len(KEYS) counts as a vote for.
@@ -42,7 +50,7 @@ const (
 	acquireSrc = `
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] then return 0 end
+  if v and v ~= ARGV[1] then` + writerWaits + `return 0 end
 end
 for _, key in ipairs(KEYS) do
   redis.call("set", key, ARGV[1], "PX", ARGV[2])
@@ -102,8 +110,9 @@ return count
 	fencedAcquireSrc = `
 local n = #KEYS / 2
 for i = 1, n do
-  local v = redis.call("get", KEYS[i])
-  if v and v ~= ARGV[1] then return {0, 0} end
+  local key = KEYS[i]
+  local v = redis.call("get", key)
+  if v and v ~= ARGV[1] then` + writerWaits + `return {0, 0} end
 end
 local top = 0
 for i = n + 1, #KEYS do
@@ -344,3 +353,243 @@ func ReadRecord(res any) (rec Record, ok bool, err error) {
 	}
 	return Record{Value: v, Term: term, ID: id}, true, nil
 }
+
+// The markers a semaphore or a shared lock keeps in its resource's own key
+// while it is held, so that an exclusive lock (whose acquire sees a value
+// that is not its own) waits for it, and a lock of another kind is told
+// apart. SharedWriterWaits is SharedMarker once an exclusive acquire found
+// it: no new shared lock is granted there until the readers have left.
+const (
+	PermitsMarker     = "redlock:permits:" // + the number of permits
+	SharedMarker      = "redlock:shared"
+	SharedWriterWaits = "redlock:shared:w"
+	MixedKinds        = "ERR redlock: mixed kinds: "
+)
+
+// now is the node's clock in milliseconds, for the readers' expiry.
+const nowLua = `
+local t = redis.call("time")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+const (
+	// permitAcquireSrc takes one of n permits of each resource. KEYS, per
+	// resource: the resource (its marker), then its n permit keys. ARGV:
+	// the value, the ttl, n. On each resource it takes the permit that
+	// already holds the value (a re-send), else the first free one in an
+	// order that starts at a place drawn from the value, so that
+	// contenders spread over the permits. It answers {m, the permit taken
+	// of each}, or {0} (and writes nothing) when a resource has no free
+	// permit or is held by an exclusive lock; an error reply when the
+	// resource is a lock of another kind.
+	permitAcquireSrc = `
+local n = tonumber(ARGV[3])
+local marker = "` + PermitsMarker + `" .. ARGV[3]
+local m = #KEYS / (n + 1)
+local start = tonumber(string.sub(ARGV[1], 1, 6), 16) % n
+local picks = {}
+for r = 0, m - 1 do
+  local b = r * (n + 1)
+  local v = redis.call("get", KEYS[b + 1])
+  if v and v ~= marker then
+    if string.sub(v, 1, 16) == "` + PermitsMarker + `" then
+      return redis.error_reply("` + MixedKinds + `" .. KEYS[b + 1] .. " is a semaphore of " .. string.sub(v, 17) .. " permits, not " .. ARGV[3])
+    end
+    if string.sub(v, 1, 14) == "` + SharedMarker + `" then
+      return redis.error_reply("` + MixedKinds + `" .. KEYS[b + 1] .. " is a shared lock, not a semaphore")
+    end
+    return {0}
+  end
+  local pick = 0
+  for i = 1, n do
+    if redis.call("get", KEYS[b + 1 + i]) == ARGV[1] then pick = i break end
+  end
+  if pick == 0 then
+    for j = 0, n - 1 do
+      local i = (start + j) % n + 1
+      if redis.call("exists", KEYS[b + 1 + i]) == 0 then pick = i break end
+    end
+  end
+  if pick == 0 then return {0} end
+  picks[r + 1] = pick
+end
+local ttl = tonumber(ARGV[2])
+for r = 0, m - 1 do
+  local b = r * (n + 1)
+  redis.call("set", KEYS[b + 1 + picks[r + 1]], ARGV[1], "PX", ttl)
+  if redis.call("pttl", KEYS[b + 1]) < ttl then redis.call("set", KEYS[b + 1], marker, "PX", ttl) end
+end
+local out = {m}
+for r = 1, m do out[r + 1] = picks[r] end
+return out
+`
+
+	// permitExtendSrc sets the ttl of the permits a lock holds: KEYS as
+	// permitAcquireSrc's, ARGV the value, the ttl, n, then the permit of
+	// each resource. All or nothing, as extendSrc; the marker lives at
+	// least as long as every permit.
+	permitExtendSrc = `
+local n = tonumber(ARGV[3])
+local m = #KEYS / (n + 1)
+for r = 0, m - 1 do
+  if redis.call("get", KEYS[r * (n + 1) + 1 + tonumber(ARGV[4 + r])]) ~= ARGV[1] then return 0 end
+end
+local ttl = tonumber(ARGV[2])
+for r = 0, m - 1 do
+  local b = r * (n + 1)
+  redis.call("pexpire", KEYS[b + 1 + tonumber(ARGV[4 + r])], ttl)
+  local v = redis.call("get", KEYS[b + 1])
+  if (not v or v == "` + PermitsMarker + `" .. ARGV[3]) and redis.call("pttl", KEYS[b + 1]) < ttl then
+    redis.call("set", KEYS[b + 1], "` + PermitsMarker + `" .. ARGV[3], "PX", ttl)
+  end
+end
+return m
+`
+
+	// permitReleaseSrc frees the permits a lock holds: KEYS as
+	// permitAcquireSrc's, ARGV the value, n, the permit of each resource,
+	// then (Announces) the command and a channel per resource. Each permit
+	// freed is announced; the marker goes with the last permit. It
+	// answers how many permits it freed.
+	permitReleaseSrc = `
+local n = tonumber(ARGV[2])
+local m = #KEYS / (n + 1)
+local count = 0
+for r = 0, m - 1 do
+  local b = r * (n + 1)
+  local key = KEYS[b + 1 + tonumber(ARGV[3 + r])]
+  if redis.call("get", key) == ARGV[1] then
+    redis.call("del", key)
+    redis.pcall(ARGV[3 + m], ARGV[4 + m + r], ARGV[1] .. KEYS[b + 1]) -- a node without pub/sub still releases
+    count = count + 1
+  end
+  local left = false
+  for i = 1, n do
+    if redis.call("exists", KEYS[b + 1 + i]) == 1 then left = true break end
+  end
+  if not left and redis.call("get", KEYS[b + 1]) == "` + PermitsMarker + `" .. ARGV[2] then redis.call("del", KEYS[b + 1]) end
+end
+return count
+`
+
+	// permitCleanupSrc releases a failed attempt's permits, whichever it
+	// took (KEYS as permitAcquireSrc's, ARGV the value and n), and the
+	// marker when no permit is left; it announces nothing.
+	permitCleanupSrc = `
+local n = tonumber(ARGV[2])
+local m = #KEYS / (n + 1)
+local count = 0
+for r = 0, m - 1 do
+  local b = r * (n + 1)
+  local left = false
+  for i = 1, n do
+    local v = redis.call("get", KEYS[b + 1 + i])
+    if v == ARGV[1] then
+      redis.call("del", KEYS[b + 1 + i])
+      count = count + 1
+    elseif v then
+      left = true
+    end
+  end
+  if not left and redis.call("get", KEYS[b + 1]) == "` + PermitsMarker + `" .. ARGV[2] then redis.call("del", KEYS[b + 1]) end
+end
+return count
+`
+
+	// sharedAcquireSrc takes a shared lock on each resource. KEYS, per
+	// resource: the resource (its marker), then its readers, a sorted set
+	// of values scored by their expiry on the node's clock. ARGV: the
+	// value, the ttl. It applies to none when a resource is held by an
+	// exclusive lock, or a writer waits there (SharedWriterWaits); an
+	// error reply when the resource is a semaphore. The marker lives at
+	// least as long as every reader.
+	sharedAcquireSrc = nowLua + `
+for i = 1, #KEYS, 2 do
+  local v = redis.call("get", KEYS[i])
+  if v and v ~= "` + SharedMarker + `" then
+    if string.sub(v, 1, 16) == "` + PermitsMarker + `" then
+      return redis.error_reply("` + MixedKinds + `" .. KEYS[i] .. " is a semaphore of " .. string.sub(v, 17) .. " permits, not a shared lock")
+    end
+    return 0
+  end
+end
+local ttl = tonumber(ARGV[2])
+for i = 1, #KEYS, 2 do
+  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
+  redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
+  if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
+  if redis.call("pttl", KEYS[i]) < ttl then redis.call("set", KEYS[i], "` + SharedMarker + `", "PX", ttl) end
+end
+return #KEYS / 2
+`
+
+	// sharedExtendSrc sets the ttl of a shared lock's readers: KEYS as
+	// sharedAcquireSrc's, ARGV the value and the ttl. All or nothing.
+	sharedExtendSrc = nowLua + `
+for i = 1, #KEYS, 2 do
+  local v = redis.call("get", KEYS[i])
+  local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
+  if not s or tonumber(s) <= now or (v ~= "` + SharedMarker + `" and v ~= "` + SharedWriterWaits + `") then return 0 end
+end
+local ttl = tonumber(ARGV[2])
+for i = 1, #KEYS, 2 do
+  redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
+  if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
+  if redis.call("pttl", KEYS[i]) < ttl then redis.call("pexpire", KEYS[i], ttl) end
+end
+return #KEYS / 2
+`
+
+	// sharedReleaseSrc removes a shared lock's readers: KEYS as
+	// sharedAcquireSrc's, ARGV the value, then (Announces) the command and
+	// a channel per resource. The last reader to leave deletes the marker
+	// and announces the resource free. It answers how many of its readers
+	// it removed before their expiry.
+	sharedReleaseSrc = nowLua + `
+local m = #KEYS / 2
+local count = 0
+for i = 1, #KEYS, 2 do
+  local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
+  if s then
+    redis.call("zrem", KEYS[i + 1], ARGV[1])
+    if tonumber(s) > now then count = count + 1 end
+  end
+  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
+  if redis.call("zcard", KEYS[i + 1]) == 0 then
+    local v = redis.call("get", KEYS[i])
+    if v == "` + SharedMarker + `" or v == "` + SharedWriterWaits + `" then
+      redis.call("del", KEYS[i])
+      redis.pcall(ARGV[2], ARGV[3 + (i - 1) / 2], ARGV[1] .. KEYS[i])
+    end
+  end
+end
+return count
+`
+
+	// sharedCleanupSrc is sharedReleaseSrc for a failed attempt: it
+	// announces nothing.
+	sharedCleanupSrc = nowLua + `
+local count = 0
+for i = 1, #KEYS, 2 do
+  if redis.call("zrem", KEYS[i + 1], ARGV[1]) == 1 then count = count + 1 end
+  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
+  if redis.call("zcard", KEYS[i + 1]) == 0 then
+    local v = redis.call("get", KEYS[i])
+    if v == "` + SharedMarker + `" or v == "` + SharedWriterWaits + `" then redis.call("del", KEYS[i]) end
+  end
+end
+return count
+`
+)
+
+// The scripts of semaphores (WithPermits) and shared locks (WithShared).
+var (
+	PermitAcquire = &Script{Src: permitAcquireSrc, Hash: newScript(permitAcquireSrc).Hash, Picks: true}
+	PermitExtend  = newScript(permitExtendSrc)
+	PermitRelease = &Script{Src: permitReleaseSrc, Hash: newScript(permitReleaseSrc).Hash, Announces: true}
+	PermitCleanup = newScript(permitCleanupSrc)
+	SharedAcquire = newScript(sharedAcquireSrc)
+	SharedExtend  = newScript(sharedExtendSrc)
+	SharedRelease = &Script{Src: sharedReleaseSrc, Hash: newScript(sharedReleaseSrc).Hash, Announces: true}
+	SharedCleanup = newScript(sharedCleanupSrc)
+)

@@ -1,0 +1,280 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// A semaphore of 2: two holders, the third refused as contention; Extend
+// and Release work on a permit; the last release leaves no key behind.
+func TestPermitsBasics(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	two := redlock.WithPermits(2)
+	a, err := f.rl.Acquire(ctx, []string{"render"}, 5*time.Second, two)
+	require.NoError(t, err)
+	b, err := f.rl.Acquire(ctx, []string{"render"}, 5*time.Second, two)
+	require.NoError(t, err)
+	_, err = f.rl.Acquire(ctx, []string{"render"}, 5*time.Second, two, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "a third holder of 2 permits")
+	for i, p := range f.Peek {
+		assert.Equal(t, "redlock:permits:2", p.Get(ctx, "render").Val(), "node %d's marker", i)
+	}
+
+	a2, err := a.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	assert.True(t, a2.Valid())
+	_, err = a2.Release(ctx)
+	require.NoError(t, err)
+	c, err := f.rl.Acquire(ctx, []string{"render"}, 5*time.Second, two, redlock.WithRetryCount(0))
+	require.NoError(t, err, "a released permit is free")
+	for _, l := range []*redlock.Lock{b, c} {
+		_, err = l.Release(ctx)
+		require.NoError(t, err)
+	}
+	for i := range f.Peek {
+		assert.Zero(t, f.DBSize(t, i), "node %d keeps nothing once every permit is released", i)
+	}
+}
+
+// The bound holds where per-node counting breaks it: 12 contenders, 2
+// permits, 5 nodes whose proxies delay each node differently (0 to 3 ms,
+// so that the contenders reach the nodes in different orders). A witness
+// counts the holders inside their critical sections.
+func TestPermitsBoundWithSkewedNodes(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 5, Proxied: true})
+	for i, p := range f.Proxies {
+		d := time.Duration(i) * 750 * time.Microsecond
+		p.SetLatency(d, d)
+	}
+	const contenders = 12
+	permits := int64(2)
+	if os.Getenv("PERMITS") == "1" {
+		permits = 1
+	}
+	grants := 50 * contenders
+	if testing.Short() {
+		grants = 10 * contenders
+	}
+	var (
+		inside, peak, over, granted atomic.Int64
+		busy                        atomic.Int64 // holder-nanoseconds inside
+		wg                          sync.WaitGroup
+	)
+	start := time.Now()
+	for c := range contenders {
+		rl, _ := candidate(t, f, fast...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for granted.Load() < int64(grants) {
+				err := rl.Using(context.Background(), []string{"partner-api"}, time.Second, func(ctx context.Context) error {
+					granted.Add(1)
+					n := inside.Add(1)
+					defer inside.Add(-1)
+					if n > permits {
+						over.Add(1)
+					}
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					began := time.Now()
+					time.Sleep(time.Duration(1+c%3) * time.Millisecond)
+					busy.Add(int64(time.Since(began)))
+					return nil
+				}, redlock.WithPermits(int(permits)), redlock.WithRetryCount(-1))
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	assert.Zero(t, over.Load(), "grants over the bound of %d", permits)
+	assert.LessOrEqual(t, peak.Load(), permits)
+	t.Logf("%d grants, peak %d holders, %d over the bound; permits in use %.0f%% of %d over %v",
+		granted.Load(), peak.Load(), over.Load(), 100*float64(busy.Load())/float64(took)/float64(permits), permits, took.Round(time.Millisecond))
+}
+
+// An expired permit frees itself; a released one is taken at once by a
+// waiter in another Redlock whose retry delay is an hour.
+func TestPermitsExpireAndWake(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	two := redlock.WithPermits(2)
+	_, err := f.rl.Acquire(ctx, []string{"exp"}, 300*time.Millisecond, two)
+	require.NoError(t, err)
+	held, err := f.rl.Acquire(ctx, []string{"exp"}, 10*time.Second, two)
+	require.NoError(t, err)
+	got, err := f.rl.Acquire(ctx, []string{"exp"}, 10*time.Second, two, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+	require.NoError(t, err, "the expired permit is free after its ttl")
+
+	waiter, _ := candidate(t, f, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+	woke := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, []string{"exp"}, 10*time.Second, two, redlock.WithRetryCount(1))
+		if err == nil {
+			_, err = l.Release(ctx)
+		}
+		woke <- err
+	}()
+	waitingFor(t, f, waiter, "exp")
+	start := time.Now()
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	require.NoError(t, <-woke, "the waiter took the released permit on its announcement")
+	t.Logf("a released permit taken by a waiter in %v", time.Since(start).Round(time.Microsecond))
+	_, err = got.Release(ctx)
+	require.NoError(t, err)
+}
+
+// Shared locks coexist and exclude an exclusive one, which excludes them;
+// Extend and Release work on them; the last reader leaves nothing behind.
+func TestSharedLocks(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	shared := redlock.WithShared(true)
+	once := redlock.WithRetryCount(0)
+	r1, err := f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared)
+	require.NoError(t, err)
+	r2, err := f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared)
+	require.NoError(t, err, "readers coexist")
+	_, err = f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, once)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "a writer beside readers")
+	_, err = f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared, once)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "a writer waits: no new reader")
+
+	r2x, err := r2.Extend(ctx, 10*time.Second)
+	require.NoError(t, err)
+	for _, l := range []*redlock.Lock{r1, r2x} {
+		_, err = l.Release(ctx)
+		require.NoError(t, err)
+	}
+	for i := range f.Peek {
+		assert.Zero(t, f.DBSize(t, i), "node %d keeps nothing once every reader left", i)
+	}
+	w, err := f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, once)
+	require.NoError(t, err, "a writer once the readers left")
+	_, err = f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared, once)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "a reader beside a writer")
+	_, err = w.Release(ctx)
+	require.NoError(t, err)
+	r3, err := f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared, once)
+	require.NoError(t, err)
+	_, err = r3.Release(ctx)
+	require.NoError(t, err)
+}
+
+// Kinds do not mix: a semaphore of another n, or a shared lock on a
+// semaphore's resource, is refused at once with an error that names both;
+// options that make no sense are refused before anything is sent.
+func TestKindsDoNotMix(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	held, err := f.rl.Acquire(ctx, []string{"mix"}, 5*time.Second, redlock.WithPermits(2))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = f.rl.Acquire(ctx, []string{"mix"}, 5*time.Second, redlock.WithPermits(3))
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "semaphore of 2 permits, not 3")
+	_, err = f.rl.Acquire(ctx, []string{"mix"}, 5*time.Second, redlock.WithShared(true))
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "not a shared lock")
+	assert.Less(t, time.Since(start), time.Second, "no retries")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+
+	for name, opts := range map[string][]redlock.Option{
+		"permits 0":          {redlock.WithPermits(0)},
+		"permits 1025":       {redlock.WithPermits(1025)},
+		"permits and shared": {redlock.WithPermits(2), redlock.WithShared(true)},
+		"fenced permits":     {redlock.WithPermits(2), redlock.WithFencing(true)},
+		"fenced shared":      {redlock.WithShared(true), redlock.WithFencing(true)},
+	} {
+		_, err := f.rl.Acquire(ctx, []string{"bad"}, time.Second, opts...)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
+		t.Logf("%s: %v", name, err)
+	}
+}
+
+// A waiting writer gets the lock within the hold of the readers already in,
+// however many readers come and go: 6 readers re-acquire back to back.
+func TestWriterIsNotStarved(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for range 6 {
+		rl, _ := candidate(t, f, fast...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := rl.Using(ctx, []string{"cfg"}, time.Second, func(context.Context) error {
+					reads.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				}, redlock.WithShared(true), redlock.WithRetryCount(-1))
+				if err != nil && !errors.Is(err, context.Canceled) {
+					assert.NoError(t, err)
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return reads.Load() > 20 }, 10*time.Second, time.Millisecond, "readers overlap")
+	var waits []time.Duration
+	writer, _ := candidate(t, f, fast...)
+	for range 5 {
+		start := time.Now()
+		err := writer.Using(ctx, []string{"cfg"}, time.Second, func(context.Context) error {
+			waits = append(waits, time.Since(start))
+			return nil
+		}, redlock.WithRetryCount(-1))
+		require.NoError(t, err)
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("a writer among 6 readers re-acquiring back to back waited %v (%d reads)", waits, reads.Load())
+	for _, w := range waits {
+		assert.Less(t, w, 5*time.Second, "the writer waits for the readers already in, not for ever")
+	}
+}
+
+// On a Redis Cluster the permits and readers are in their resource's slot.
+func TestKindsOnACluster(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true})
+	ctx := context.Background()
+	for _, name := range []string{"plain", "{tag}x", "odd}name"} {
+		var locks []*redlock.Lock
+		for range 2 {
+			l, err := f.rl.Acquire(ctx, []string{name}, 5*time.Second, redlock.WithPermits(2))
+			require.NoError(t, err, name)
+			locks = append(locks, l)
+		}
+		_, err := f.rl.Acquire(ctx, []string{name}, 5*time.Second, redlock.WithPermits(2), redlock.WithRetryCount(0))
+		require.ErrorIs(t, err, redlock.ErrResourceLocked, name)
+		for _, l := range locks {
+			_, err := l.Release(ctx)
+			require.NoError(t, err, name)
+		}
+		r, err := f.rl.Acquire(ctx, []string{name}, 5*time.Second, redlock.WithShared(true))
+		require.NoError(t, err, name)
+		_, err = r.Release(ctx)
+		require.NoError(t, err, name)
+	}
+}
