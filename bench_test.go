@@ -25,6 +25,18 @@ func BenchmarkAcquireReleaseFenced(b *testing.B) {
 	benchAcquireRelease(b, redlock.WithFencing(true))
 }
 
+// BenchmarkAcquireReleasePermits is BenchmarkAcquireRelease with a
+// semaphore of 8 permits (WithPermits): the acquire reads the 8 permit keys.
+func BenchmarkAcquireReleasePermits(b *testing.B) {
+	benchAcquireRelease(b, redlock.WithPermits(8))
+}
+
+// BenchmarkAcquireReleaseShared is BenchmarkAcquireRelease with a shared
+// lock (WithShared): a reader in a sorted set beside the resource.
+func BenchmarkAcquireReleaseShared(b *testing.B) {
+	benchAcquireRelease(b, redlock.WithShared(true))
+}
+
 func benchAcquireRelease(b *testing.B, opts ...redlock.Option) {
 	for _, n := range []int{1, 3, 5} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {

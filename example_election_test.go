@@ -165,3 +165,53 @@ func ExampleElection_Observe() {
 	// {pod-a 1}
 	// {pod-b 2}
 }
+
+// A fleet-wide limit: at most 2 report renderers at once, whichever
+// replicas they run in.
+func ExampleWithPermits() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	two := redlock.WithPermits(2)
+
+	a, _ := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two)
+	b, _ := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two)
+	_, err := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two, redlock.WithRetryCount(0))
+	fmt.Println("a third renderer:", errors.Is(err, redlock.ErrResourceLocked))
+	_, _ = a.Release(ctx)
+	c, err := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two, redlock.WithRetryCount(0))
+	fmt.Println("once one left:", err == nil)
+	_, _ = b.Release(ctx)
+	_, _ = c.Release(ctx)
+	// Output:
+	// a third renderer: true
+	// once one left: true
+}
+
+// Many readers of a config, one writer: shared locks coexist, and the
+// exclusive lock waits for them (and keeps new readers out meanwhile).
+func ExampleWithShared() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	read := redlock.WithShared(true)
+
+	r1, _ := rl.Acquire(ctx, []string{"config"}, 10*time.Second, read)
+	r2, err := rl.Acquire(ctx, []string{"config"}, 10*time.Second, read)
+	fmt.Println("two readers:", err == nil)
+	_, err = rl.Acquire(ctx, []string{"config"}, 10*time.Second, redlock.WithRetryCount(0))
+	fmt.Println("a writer waits:", errors.Is(err, redlock.ErrResourceLocked))
+	_, _ = r1.Release(ctx)
+	_, _ = r2.Release(ctx)
+	w, err := rl.Acquire(ctx, []string{"config"}, 10*time.Second)
+	fmt.Println("the writer, once they left:", err == nil)
+	_, _ = w.Release(ctx)
+	// Output:
+	// two readers: true
+	// a writer waits: true
+	// the writer, once they left: true
+}
