@@ -232,6 +232,29 @@
 // delay. As with any lock, a leader paused past its validity may still act
 // for a moment when it wakes: fence its writes with the term's number.
 //
+// # Semaphores and shared locks
+//
+// [WithPermits](n) makes Acquire and Using take one of n permits of each
+// resource, a counting semaphore; [WithShared] a shared (read) lock, held
+// beside other shared locks and excluded by the exclusive lock. Extend,
+// Release, waiting and the observer work on them as on the plain lock.
+//
+// Counting holders per node is not safe over a quorum for n ≥ 2 (holders
+// granted on nodes {1,2,3}, {1,4,5} and {2,3,4} of 5 fit a count of 2 on
+// every node). Here each permit is a lock on a key of its own, and an
+// attempt wins when a quorum of nodes took the same permit (each node takes
+// a free one in an order drawn from the attempt's value; a node that took
+// another releases it at once): two holders of one permit would break the
+// plain lock's mutual exclusion, so at most n hold a permit, under the same
+// assumptions. A shared lock is a reader in a sorted set beside the
+// resource; a reader's quorum and a writer's share a node, which refuses
+// whichever came second. While permits or readers are held, the resource's
+// own key holds a marker ("redlock:permits:n", "redlock:shared") that lives
+// as long as the longest of them, so the exclusive lock waits, and a lock of
+// another kind is refused with an error matching [ErrInvalidArgument]. An
+// exclusive acquire that finds readers marks the key, and no new reader is
+// granted there until the readers have left: a writer is not starved.
+//
 // # Waiting
 //
 // A waiting Acquire wakes at the first announcement that one of its
