@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"errors"
+	"sort"
 	"strconv"
 	"sync/atomic"
 
@@ -243,4 +244,55 @@ func scriptFor(nd *lane.Node, s *script.Script, resources []string, args []any) 
 		sharded = append(sharded, shardedChannel(k))
 	}
 	return script.ReleaseSharded, sharded
+}
+
+// choose decides a semaphore's attempt on its groups of votes for (the
+// nodes that took each choice of permits): the largest wins when it is a
+// quorum (won), and the votes for of the other groups become votes
+// against, as contention. A node that took other permits than the winner's
+// releases them at once (see stray); when the attempt failed, its cleanup
+// releases them all.
+func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won bool) {
+	best, top := "", -1
+	for picks, g := range groups {
+		if len(g) > top || len(g) == top && picks < best { // ties: the same choice on every call
+			best, top = picks, len(g)
+		}
+	}
+	if won {
+		as.winner.Store(&best)
+		st.picks = best
+	}
+	in := map[int]bool{}
+	for _, i := range groups[best] {
+		in[i] = true
+	}
+	keep := st.VotesFor[:0]
+	var moved []int
+	for _, i := range st.VotesFor {
+		if in[i] {
+			keep = append(keep, i)
+		} else {
+			moved = append(moved, i)
+		}
+	}
+	st.VotesFor = keep
+	sort.Ints(moved)
+	for _, i := range moved {
+		st.VotesAgainst = append(st.VotesAgainst, report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: OpAcquire,
+			Err: &ResourceLockedError{Op: OpAcquire, Requested: len(as.keys), split: true}}))
+		if won {
+			as.stray(i)
+		}
+	}
+}
+
+// stray releases, on node i, the permits a won semaphore attempt's node
+// took when they are not the winner's: that node is no part of the lock.
+func (as *attemptState) stray(i int) {
+	w := as.winner.Load()
+	if w == nil || as.nodes[i].picks == *w || as.cleanup == nil {
+		return
+	}
+	as.clean(i)
 }

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,10 +24,6 @@ import (
 // its expiry on the node's clock, with the marker alive at least as long
 // as its longest reader. A reader's and an exclusive lock's quorums share a
 // node, which refuses whichever came second.
-
-// maxPermits bounds WithPermits: each acquire reads every permit key of
-// its resources on every node.
-const maxPermits = 1024
 
 // lockKind is what a lock holds of its resources.
 type lockKind struct {
@@ -129,72 +124,4 @@ func parsePicks(s string) []any {
 		out[i] = p
 	}
 	return out
-}
-
-// choose decides a semaphore's attempt on its groups of votes for (the
-// nodes that took each choice of permits): the largest wins when it is a
-// quorum (won), and the votes for of the other groups become votes
-// against, as contention. A node that took other permits than the winner's
-// releases them at once (see stray); when the attempt failed, its cleanup
-// releases them all.
-func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won bool) {
-	best, top := "", -1
-	for picks, g := range groups {
-		if len(g) > top || len(g) == top && picks < best { // ties: the same choice on every call
-			best, top = picks, len(g)
-		}
-	}
-	if won {
-		as.winner.Store(&best)
-		st.picks = best
-	}
-	in := map[int]bool{}
-	for _, i := range groups[best] {
-		in[i] = true
-	}
-	keep := st.VotesFor[:0]
-	var moved []int
-	for _, i := range st.VotesFor {
-		if in[i] {
-			keep = append(keep, i)
-		} else {
-			moved = append(moved, i)
-		}
-	}
-	st.VotesFor = keep
-	sort.Ints(moved)
-	for _, i := range moved {
-		st.VotesAgainst = append(st.VotesAgainst, report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: OpAcquire,
-			Err: &ResourceLockedError{Op: OpAcquire, Requested: len(as.keys), split: true}}))
-		if won {
-			as.stray(i)
-		}
-	}
-}
-
-// stray releases, on node i, the permits a won semaphore attempt's node
-// took when they are not the winner's: that node is no part of the lock.
-func (as *attemptState) stray(i int) {
-	w := as.winner.Load()
-	if w == nil || as.nodes[i].picks == *w || as.cleanup == nil {
-		return
-	}
-	as.clean(i)
-}
-
-// extendPlan is the plan that extends l by ttl.
-func (l *Lock) extendPlan(ttl time.Duration) *plan {
-	if l.kind.exclusive() {
-		return extendPlan(l.resources, l.value, l.until(), ttl)
-	}
-	return kindExtendPlan(l.kind, l.resources, l.picks, l.value, l.until(), ttl)
-}
-
-// releasePlan is the plan that releases l, counting until as its
-// expiration.
-func (l *Lock) releasePlan(until time.Time) *plan {
-	if l.kind.exclusive() {
-		return releasePlan(l.resources, l.value, until)
-	}
-	return kindReleasePlan(l.kind, l.resources, l.picks, l.value, until)
 }

@@ -194,3 +194,20 @@ func (l *Lock) Release(ctx context.Context, opts ...Option) (*ExecutionResult, e
 	}
 	return l.redlock.Release(ctx, l, opts...)
 }
+
+// extendPlan is the plan that extends l by ttl.
+func (l *Lock) extendPlan(ttl time.Duration) *plan {
+	if l.kind.exclusive() {
+		return extendPlan(l.resources, l.value, l.until(), ttl)
+	}
+	return kindExtendPlan(l.kind, l.resources, l.picks, l.value, l.until(), ttl)
+}
+
+// releasePlan is the plan that releases l, counting until as its
+// expiration.
+func (l *Lock) releasePlan(until time.Time) *plan {
+	if l.kind.exclusive() {
+		return releasePlan(l.resources, l.value, until)
+	}
+	return kindReleasePlan(l.kind, l.resources, l.picks, l.value, until)
+}

@@ -47,6 +47,10 @@ func defaultConfig() config {
 	}
 }
 
+// maxPermits bounds WithPermits: each acquire reads every permit key of
+// its resources on every node.
+const maxPermits = 1024
+
 // Bounds of the duration options. A node timeout below minNodeTimeout leaves
 // no time for any answer; maxDuration keeps every sum of delays (a retry
 // delay plus its jitter, a threshold plus Using's 100ms) far from overflowing.
