@@ -129,6 +129,7 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 		return nil, err
 	}
 	lock.cfg = cfg
+	lock.kind.term = &termRecord{keys: p.wbKeys, id: id} // its extensions keep its record
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Term{id: id, lock: lock, ctx: withToken(tctx, lock.token), cancel: cancel, done: make(chan struct{})}
 	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}

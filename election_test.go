@@ -432,3 +432,33 @@ func TestElectionOnACluster(t *testing.T) {
 		assert.ErrorIs(t, err, redlock.ErrNoLeader, name)
 	}
 }
+
+// A term's extensions keep its record and counter on every node that holds
+// its lock: a node that lost them (a restart from an old snapshot, a node
+// the write-back missed) has them back at the next extension, so Leader
+// sees a live term on a quorum.
+func TestTermExtensionsKeepTheRecord(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	e := f.rl.Election("heal")
+	term, err := e.Campaign(ctx, "a", time.Second)
+	require.NoError(t, err)
+	rec := "redlock:leader:{redlock:election:heal}:redlock:election:heal"
+	counter := redlock.FenceKey(electionKey("heal"))
+	want := f.Peek[0].Get(ctx, rec).Val()
+	require.NotEmpty(t, want)
+	for _, i := range []int{0, 1} {
+		require.NoError(t, f.Peek[i].Del(ctx, rec, counter).Err())
+	}
+	_, err = e.Leader(ctx)
+	require.ErrorIs(t, err, redlock.ErrNoLeader, "the records of two nodes of three are gone")
+	require.Eventually(t, func() bool { // the next extension: within ttl - threshold
+		_, err := e.Leader(ctx)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	for i, p := range f.Peek {
+		assert.Equal(t, want, p.Get(ctx, rec).Val(), "node %d's record", i)
+		assert.Equal(t, fmt.Sprint(term.Number()), p.Get(ctx, counter).Val(), "node %d's counter", i)
+	}
+	require.NoError(t, term.Resign(ctx))
+}

@@ -29,6 +29,15 @@ import (
 type lockKind struct {
 	permits int  // a semaphore of this many permits (>= 2); 0 or 1: exclusive
 	shared  bool // a shared (read) lock
+	// term, for an election's term (an exclusive, fenced lock): its
+	// extensions also keep its record (script.ElectExtend).
+	term *termRecord
+}
+
+// termRecord is what a term's extensions keep on each node.
+type termRecord struct {
+	keys []string // the lock key, its counter, its record
+	id   string
 }
 
 // kindOf returns the kind of lock cfg asks for.
@@ -37,7 +46,7 @@ func kindOf(cfg *config) lockKind {
 }
 
 // exclusive reports whether the kind is the plain lock.
-func (k lockKind) exclusive() bool { return k.permits <= 1 && !k.shared }
+func (k lockKind) exclusive() bool { return k.permits <= 1 && !k.shared && k.term == nil }
 
 // permitKey returns the key of resource's permit i (1-based), in its slot.
 func permitKey(resource string, i int) string {
@@ -86,9 +95,15 @@ func kindAcquirePlan(k lockKind, resources []string, ttl time.Duration) *plan {
 	return p
 }
 
-// kindExtendPlan extends a semaphore's permits (picks) or a shared lock.
-func kindExtendPlan(k lockKind, resources []string, picks []any, value string, until time.Time, ttl time.Duration) *plan {
+// kindExtendPlan extends a semaphore's permits (picks), a shared lock, or
+// a term (token: its number).
+func kindExtendPlan(k lockKind, resources []string, picks []any, value string, token uint64, until time.Time, ttl time.Duration) *plan {
 	p := extendPlan(resources, value, until, ttl)
+	if k.term != nil {
+		p.s, p.keys = script.ElectExtend, k.term.keys
+		p.args = append(p.args, strconv.FormatUint(token, 10), k.term.id)
+		return p
+	}
 	p.keys = k.keys(resources)
 	if k.shared {
 		p.s = script.SharedExtend
@@ -102,6 +117,9 @@ func kindExtendPlan(k lockKind, resources []string, picks []any, value string, u
 // kindReleasePlan releases a semaphore's permits (picks) or a shared lock.
 func kindReleasePlan(k lockKind, resources []string, picks []any, value string, until time.Time) *plan {
 	p := releasePlan(resources, value, until)
+	if k.term != nil {
+		return p // a term's release is the plain one
+	}
 	p.keys = k.keys(resources)
 	if k.shared {
 		p.s = script.SharedRelease

@@ -200,7 +200,7 @@ func (l *Lock) extendPlan(ttl time.Duration) *plan {
 	if l.kind.exclusive() {
 		return extendPlan(l.resources, l.value, l.until(), ttl)
 	}
-	return kindExtendPlan(l.kind, l.resources, l.picks, l.value, l.until(), ttl)
+	return kindExtendPlan(l.kind, l.resources, l.picks, l.value, l.token, l.until(), ttl)
 }
 
 // releasePlan is the plan that releases l, counting until as its

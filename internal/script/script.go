@@ -321,10 +321,27 @@ return ""
 `
 )
 
-// The election's scripts. ElectWriteBack's KEYS are one lock key, its
-// counter and its record: one resource.
+// electExtendSrc extends a term: extendSrc for the election's lock key,
+// which also writes the term's record and raises the counter where they
+// lag (a node that the write-back missed, or that lost them), so that a
+// live term is seen by Leader on every node that holds it. KEYS as
+// electWriteBackSrc's; ARGV the value, the ttl, the term, the id. It
+// answers 1 when it extended, else 0.
+const electExtendSrc = `
+if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call("pexpire", KEYS[1], ARGV[2])
+local rec = ARGV[1] .. ":" .. ARGV[3] .. ":" .. ARGV[4]
+if redis.call("get", KEYS[3]) ~= rec then redis.call("set", KEYS[3], rec) end
+local x = tonumber(redis.call("get", KEYS[2]) or "0")
+if x and x < tonumber(ARGV[3]) then redis.call("set", KEYS[2], ARGV[3]) end
+return 1
+`
+
+// The election's scripts. ElectWriteBack's and ElectExtend's KEYS are one
+// lock key, its counter and its record: one resource.
 var (
 	ElectWriteBack = newScript(electWriteBackSrc)
+	ElectExtend    = newScript(electExtendSrc)
 	Leader         = newScript(leaderSrc)
 )
 
