@@ -1,9 +1,12 @@
 // Command redlock runs a job under a Redlock lock held on several independent
 // Redis nodes, from a shell, cron, a systemd timer or a Kubernetes CronJob,
-// and shows who holds a lock.
+// and shows who holds a lock; and runs a command while its candidate leads
+// an election, and shows who leads.
 //
 //	redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
 //	redlock status [flags] RESOURCE...
+//	redlock elect [flags] NAME -- COMMAND [ARG...]
+//	redlock leader [flags] NAME
 //	redlock help [VERB]
 //
 // Install it with
@@ -16,6 +19,12 @@
 // lock; 79 when the lock was lost while the command ran; 2 for a usage
 // error; 126 and 127 when the command cannot be run or is not found.
 // `redlock help run` says more.
+//
+// elect exits as run does, the term taking the lock's place (75: the wait
+// ended without leading, 79: the term was lost; with --forever, 0 once a
+// signal stopped it); leader exits 0 when someone leads, 1 when a quorum
+// answered and nobody does, 69 when too few nodes answered to tell.
+// `redlock help elect` and `redlock help leader` say more.
 package main
 
 import (
@@ -56,6 +65,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return runVerb(rest, stdout, stderr)
 	case "status":
 		return statusVerb(rest, stdout, stderr)
+	case "elect":
+		return electVerb(rest, stdout, stderr)
+	case "leader":
+		return leaderVerb(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return helpVerb(rest, stdout, stderr)
 	case "version", "--version", "-version":
@@ -63,6 +76,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case watchVerbName:
 		return watchVerb()
+	case gateVerbName:
+		return gateVerb(rest)
 	default:
 		fmt.Fprintf(stderr, "redlock: unknown verb %q\nRun 'redlock help' for usage.\n", verb)
 		return exitUsage
@@ -81,6 +96,12 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		fs, _, _ := statusFlagSet(stdout)
 		fs.Usage()
+	case "elect":
+		fs, _ := electFlagSet(stdout)
+		fs.Usage()
+	case "leader":
+		fs, _, _, _ := leaderFlagSet(stdout)
+		fs.Usage()
 	case "help":
 		fmt.Fprint(stdout, usageTop)
 	default:
@@ -90,17 +111,22 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-const usageTop = `redlock runs a command under a lock held on a majority of independent Redis nodes.
+const usageTop = `redlock runs a command under a lock held on a majority of independent Redis nodes,
+or while leading an election held on them.
 
 Usage:
   redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
   redlock status [flags] RESOURCE...
+  redlock elect [flags] NAME -- COMMAND [ARG...]
+  redlock leader [flags] NAME
   redlock help [VERB]
   redlock version
 
 Verbs:
   run      acquire the lock, run the command while extending the lock, release it
   status   show, node by node, who holds each resource, its ttl and its fencing counter
+  elect    campaign in an election, run the command while leading, resign
+  leader   show who leads an election and its term, or follow the terms (--watch)
   help     show this, or a verb's flags and exit codes
   version  show the version of redlock and of Go it was built with
 
@@ -108,7 +134,7 @@ Durations are seconds (5, 0.5) or Go durations (30s, 1m30s, 500ms).
 
 The nodes come from --nodes or REDLOCK_NODES: comma-separated host:port or
 redis:// / rediss:// URLs (user, password, db, TLS), one per independent node.
-Run "redlock help run" for the exit codes.
+Run "redlock help VERB" for a verb's exit codes.
 `
 
 const usageRun = `Usage: redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
@@ -162,6 +188,72 @@ hold one value, whatever the unknown nodes hold), FREE (every node answered and
 none holds it), or UNKNOWN (the unknown nodes could make a quorum). Exits 0
 when a majority answered and every verdict is certain, 69 otherwise, and 2 for
 a usage error.
+
+Flags:
+`
+
+const usageElect = `Usage: redlock elect [flags] NAME -- COMMAND [ARG...]
+
+Campaigns in the election NAME as --id (default: the hostname), and runs
+COMMAND while leading: at most one candidate of an election leads at a time,
+on a majority of the nodes. The command runs in its own process group with
+REDLOCK_ELECTION (NAME), REDLOCK_ID (the id) and REDLOCK_TERM (the term's
+number, a fencing token greater than every earlier term's) in its
+environment. When it exits, redlock resigns, so that a waiting candidate
+leads at once, and exits with the command's code. "redlock leader NAME"
+shows who leads.
+
+As with "redlock run": SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to the
+command's process group; if redlock is killed (SIGKILL, the OOM killer), the
+command's group is killed with it; and when the term is lost while the
+command runs (its key taken or deleted, or the nodes stopped answering while
+extensions were retried), the group gets SIGTERM at once and SIGKILL
+--kill-grace later, early enough for the SIGKILL to land before the term's
+validity ends, and redlock exits 79. The term is extended when half the ttl
+is left.
+
+--forever: when the command exits or the term is lost, redlock resigns and
+campaigns again (the command starts at most once a second), until SIGINT,
+SIGTERM or SIGQUIT. That signal is passed to a running command; once it has
+exited, redlock resigns and exits 0: being told to stop is a service's
+normal end, and 0 is what systemd and Kubernetes count as a clean stop.
+SIGHUP is passed to a running command and does not stop redlock.
+
+Waiting: by default (--wait forever) elect campaigns until it leads, where
+run tries once: a candidate stands by to take over when the leader resigns,
+is lost or dies, and standing by is the point of an election; a candidate
+that gave up would leave none. --wait 5m gives up after 5 minutes (each
+campaign, with --forever), --wait 0 after one attempt (exit 75). The default --ttl is 15s, not run's 30s: a
+leader that dies without resigning (SIGKILL of the whole pod) is replaced
+once its term expires.
+
+Exit codes:
+  the command's own   it ran and exited (128+n when signal n killed it)
+  0                   with --forever: a signal stopped redlock
+  75                  another candidate leads and --wait ended (--conflict-exit-code)
+  69                  the nodes are unreachable or refuse the term (no quorum, not contention)
+  79                  the term was lost while the command ran (--forever campaigns again)
+  128+n               signal n ended the campaign, before the command started (not with --forever)
+  2                   usage error
+  126, 127            the command could not be started, or was not found
+
+Flags:
+`
+
+const usageLeader = `Usage: redlock leader [flags] NAME
+
+Prints who leads the election NAME, as a majority of the nodes holds it: the
+leader's id and its term, "pod-a (term 7)", or {"id":"pod-a","term":7} with
+--json; "no leader" ({"id":null,"term":null}) when nobody does. With --watch,
+it prints that, then a line for each new term as it starts, until SIGINT or
+SIGTERM (a term that starts and ends between two reads may be missed; a
+leader that goes away without a successor prints nothing).
+
+Exit codes (grep's: 0 found, 1 not):
+  0    someone leads; with --watch, a signal stopped it
+  1    nobody leads: a majority of the nodes answered, and no candidate leads on a majority
+  69   too few nodes answered to tell
+  2    usage error
 
 Flags:
 `

@@ -376,6 +376,23 @@ func TestBadInvocations(t *testing.T) {
 		{"empty command name", true, []string{"run", "x", "--", ""}, exitUsage, "the COMMAND's name is empty"},
 		{"status has no -verbose", true, []string{"status", "-verbose", "x"}, exitUsage, "flag provided but not defined: -verbose"},
 		{"bad seconds", true, []string{"run", "--wait", "5x", "x", "--", "true"}, exitUsage, "not a duration"},
+		{"elect without NAME", true, []string{"elect"}, exitUsage, "no NAME"},
+		{"elect without NAME, with a command", true, []string{"elect", "--", "true"}, exitUsage, "no NAME"},
+		{"elect with an empty NAME", true, []string{"elect", "", "--", "true"}, exitUsage, "NAME is empty"},
+		{"elect with two NAMEs", true, []string{"elect", "a", "b", "--", "true"}, exitUsage, "more than one NAME"},
+		{"elect with an empty id", true, []string{"elect", "--id", "", "x", "--", "true"}, exitUsage, "--id is empty"},
+		{"elect with a long id", true, []string{"elect", "--id", strings.Repeat("i", 1025), "x", "--", "true"}, exitUsage, "at most 1024"},
+		{"elect without command", true, []string{"elect", "x"}, exitUsage, "no COMMAND"},
+		{"elect without command after --", true, []string{"elect", "--id", "a", "x", "--"}, exitUsage, "no COMMAND"},
+		{"elect with an empty command name", true, []string{"elect", "x", "--", ""}, exitUsage, "the COMMAND's name is empty"},
+		{"elect ttl too short", true, []string{"elect", "--ttl", "0.5", "x", "--", "true"}, exitUsage, "below 1s"},
+		{"elect bad wait", true, []string{"elect", "--wait", "soon", "x", "--", "true"}, exitUsage, `"forever"`},
+		{"elect kill grace too long", true, []string{"elect", "--ttl", "4s", "--kill-grace", "3s", "x", "--", "true"}, exitUsage, "--kill-grace"},
+		{"elect without nodes", false, []string{"elect", "x", "--", "true"}, exitUsage, "no nodes: give --nodes"},
+		{"leader without NAME", true, []string{"leader"}, exitUsage, "no NAME"},
+		{"leader with two NAMEs", true, []string{"leader", "a", "b"}, exitUsage, "more than one NAME"},
+		{"leader with an empty NAME", true, []string{"leader", ""}, exitUsage, "NAME is empty"},
+		{"leader has no --verbose", true, []string{"leader", "--verbose", "x"}, exitUsage, "flag provided but not defined: -verbose"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r result
@@ -418,6 +435,22 @@ func TestBadInvocations(t *testing.T) {
 	}
 	r = c.run(t, "help", "status")
 	assert.Contains(t, r.stdout, "-json")
+	for _, args := range [][]string{{"help", "elect"}, {"elect", "-h"}, {"elect", "x", "--help", "--", "true"}} {
+		r = c.run(t, args...)
+		assert.Zero(t, r.code, "%v", args)
+		assert.Contains(t, r.stdout, "79", "%v: the exit codes", args)
+		assert.Contains(t, r.stdout, "-forever", "%v: the flags", args)
+		assert.Contains(t, r.stdout, "(default: the hostname)", "%v: the id's default", args)
+	}
+	for _, args := range [][]string{{"help", "leader"}, {"leader", "-h"}} {
+		r = c.run(t, args...)
+		assert.Zero(t, r.code, "%v", args)
+		assert.Contains(t, r.stdout, "no leader", "%v: the exit codes", args)
+		assert.Contains(t, r.stdout, "-watch", "%v: the flags", args)
+	}
+	r = c.run(t, "help")
+	assert.Contains(t, r.stdout, "redlock elect [flags] NAME -- COMMAND")
+	assert.Contains(t, r.stdout, "redlock leader [flags] NAME")
 }
 
 // A user who sets only --ttl is never refused for a --node-timeout they did

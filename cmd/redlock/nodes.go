@@ -37,7 +37,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nodes, "nodes", "",
 		"comma-separated `host:port` or redis:// / rediss:// URLs, one per independent node (default: $REDLOCK_NODES)")
-	fs.Var((*seconds)(&c.nodeTimeout), "node-timeout", "how long to wait for one node's answer, a `duration` (default 500ms; for run, at most ttl/4: ttl/4 when the ttl is below 2s)")
+	fs.Var((*seconds)(&c.nodeTimeout), "node-timeout", "how long to wait for one node's answer, a `duration` (default 500ms; for run and elect, at most ttl/4: ttl/4 when the ttl is below 2s)")
 }
 
 // seconds is a duration flag that also takes a plain number of seconds, as

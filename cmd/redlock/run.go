@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,9 +18,6 @@ import (
 
 	"github.com/go-redlock/redlock"
 )
-
-// forwarded are the signals that redlock passes to the command.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // waitFlag is --wait: a duration, or "forever".
 type waitFlag struct {
@@ -55,28 +50,76 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
-// runFlags are run's settings.
-type runFlags struct {
+// holdFlags are the settings of the verbs that run a command under a lock
+// or a term (run, elect).
+type holdFlags struct {
 	common
 	ttl       time.Duration
 	wait      waitFlag
 	conflict  int
-	fencing   bool
 	killGrace time.Duration
+}
+
+// holdText is what the help of holdFlags says that differs between verbs.
+type holdText struct {
+	noun    string // what the command runs under: "lock", "term"
+	verbose string // --verbose's help
+	wait    string // --wait's help
+}
+
+// register adds the flags to fs, with ttl and wait as their defaults.
+func (h *holdFlags) register(fs *flag.FlagSet, ttl time.Duration, wait waitFlag, text holdText) {
+	h.common.register(fs)
+	fs.BoolVar(&h.verbose, "verbose", false, text.verbose)
+	h.ttl, h.wait = ttl, wait
+	fs.Var((*seconds)(&h.ttl), "ttl", fmt.Sprintf("the %s's ttl, a `duration` (seconds, or 30s, 5m); it is extended while the command runs", text.noun))
+	fs.Var(&h.wait, "wait", text.wait)
+	fs.IntVar(&h.conflict, "conflict-exit-code", exitConflict, fmt.Sprintf("the exit code when the wait for the %s ended without it", text.noun))
+	fs.Var((*seconds)(&h.killGrace), "kill-grace", fmt.Sprintf("time between SIGTERM and SIGKILL to the command when the %s is lost, a `duration` (default ttl/4, at most ttl/2)", text.noun))
+}
+
+// check refuses what cannot work, and fills in the defaults that depend
+// on the ttl (the node timeout when not given, the kill grace). It returns
+// -1 when the flags are fine, else the exit code.
+func (h *holdFlags) check(fs *flag.FlagSet, stderr io.Writer) int {
+	if !given(fs, "node-timeout") && h.ttl > 0 {
+		// Not the user's choice: never refuse it, derive it from the ttl.
+		h.nodeTimeout = min(defaultNodeTimeout, h.ttl/4)
+	}
+	switch {
+	case h.ttl < time.Second:
+		return usageError(fs, stderr, "--ttl %v is below 1s: the lock must outlive a few extension attempts", h.ttl)
+	case h.ttl%time.Millisecond != 0:
+		return usageError(fs, stderr, "--ttl %v is not a whole number of milliseconds", h.ttl)
+	case h.nodeTimeout <= 0 || h.nodeTimeout > h.ttl/4:
+		return usageError(fs, stderr, "--node-timeout %v must be positive and at most ttl/4 (%v): lower it, raise --ttl, or leave it out", h.nodeTimeout, h.ttl/4)
+	case h.killGrace < 0 || h.killGrace > h.ttl/2:
+		return usageError(fs, stderr, "--kill-grace %v must be between 0 and ttl/2 (%v)", h.killGrace, h.ttl/2)
+	case h.conflict < 0 || h.conflict > 255:
+		return usageError(fs, stderr, "--conflict-exit-code %d is not an exit code (0-255)", h.conflict)
+	}
+	if h.killGrace == 0 {
+		h.killGrace = h.ttl / 4
+	}
+	return -1
+}
+
+// runFlags are run's settings.
+type runFlags struct {
+	holdFlags
+	fencing bool
 }
 
 // runFlagSet returns run's flags, writing errors and usage to out.
 func runFlagSet(out io.Writer) (*flag.FlagSet, *runFlags) {
 	fs := newFlagSet("run", usageRun, out)
 	f := &runFlags{}
-	f.register(fs)
-	fs.BoolVar(&f.verbose, "verbose", false, "log acquire, extend, release and lost-lock lines to stderr")
-	f.ttl = 30 * time.Second
-	fs.Var((*seconds)(&f.ttl), "ttl", "the lock's ttl, a `duration` (seconds, or 30s, 5m); the lock is extended while the command runs (default 30s)")
-	fs.Var(&f.wait, "wait", "how long to wait for the lock, a `duration` (seconds, or 30s, 5m): 0 tries once, \"forever\" waits until it is free (default 0: see Waiting)")
-	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "the exit code when the lock is held by another and the wait ended")
+	f.register(fs, 30*time.Second, waitFlag{}, holdText{
+		noun:    "lock",
+		verbose: "log acquire, extend, release and lost-lock lines to stderr",
+		wait:    "how long to wait for the lock, a `duration` (seconds, or 30s, 5m): 0 tries once, \"forever\" waits until it is free (default 0: see Waiting)",
+	})
 	fs.BoolVar(&f.fencing, "fencing", false, "acquire with a fencing token, given to the command as REDLOCK_TOKEN")
-	fs.Var((*seconds)(&f.killGrace), "kill-grace", "time between SIGTERM and SIGKILL to the command when the lock is lost, a `duration` (default ttl/4, at most ttl/2)")
 	return fs, f
 }
 
@@ -107,24 +150,8 @@ func runVerb(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	f := *fp
-	if !given(fs, "node-timeout") && f.ttl > 0 {
-		// Not the user's choice: never refuse it, derive it from the ttl.
-		f.nodeTimeout = min(defaultNodeTimeout, f.ttl/4)
-	}
-	switch {
-	case f.ttl < time.Second:
-		return usageError(fs, stderr, "--ttl %v is below 1s: the lock must outlive a few extension attempts", f.ttl)
-	case f.ttl%time.Millisecond != 0:
-		return usageError(fs, stderr, "--ttl %v is not a whole number of milliseconds", f.ttl)
-	case f.nodeTimeout <= 0 || f.nodeTimeout > f.ttl/4:
-		return usageError(fs, stderr, "--node-timeout %v must be positive and at most ttl/4 (%v): lower it, raise --ttl, or leave it out", f.nodeTimeout, f.ttl/4)
-	case f.killGrace < 0 || f.killGrace > f.ttl/2:
-		return usageError(fs, stderr, "--kill-grace %v must be between 0 and ttl/2 (%v)", f.killGrace, f.ttl/2)
-	case f.conflict < 0 || f.conflict > 255:
-		return usageError(fs, stderr, "--conflict-exit-code %d is not an exit code (0-255)", f.conflict)
-	}
-	if f.killGrace == 0 {
-		f.killGrace = f.ttl / 4
+	if code := f.check(fs, stderr); code >= 0 {
+		return code
 	}
 	nodes, err := dial(f.nodes, f.nodeTimeout)
 	if err != nil {
@@ -139,6 +166,38 @@ func runVerb(args []string, stdout, stderr io.Writer) int {
 // "--" and the command (flags may come after the resources too). It returns
 // code >= 0 when the invocation ends here.
 func parseRun(fs *flag.FlagSet, args []string) (resources, command []string, code int) {
+	positional, command, code := parseCommand(fs, args)
+	if code >= 0 {
+		return nil, nil, code
+	}
+	stderr := fs.Output()
+	switch {
+	case len(positional) == 0:
+		return nil, nil, usageError(fs, stderr, "no RESOURCE: name what to lock, such as nightly-report or {orders}:1,{orders}:2")
+	case len(positional) > 1:
+		return nil, nil, usageError(fs, stderr, "more than one RESOURCE argument (%q): join resources with commas, and put the command after --", positional)
+	}
+	if code := checkCommand(fs, command); code >= 0 {
+		return nil, nil, code
+	}
+	for i, res := range strings.Split(positional[0], ",") {
+		if res == "" {
+			return nil, nil, usageError(fs, stderr, "RESOURCE %q has an empty name at position %d", positional[0], i+1)
+		}
+		if j := slices.Index(resources, res); j >= 0 {
+			return nil, nil, usageError(fs, stderr, "RESOURCE %q: %q at position %d duplicates position %d", positional[0], res, i+1, j+1)
+		}
+		resources = append(resources, res)
+	}
+	return resources, command, -1
+}
+
+// parseCommand parses the arguments of a verb that runs a command: flags,
+// then the verb's positional arguments, then "--" and the command (flags
+// may come after the positional arguments too; without "--", the command
+// starts after the first of them). It returns code >= 0 when the
+// invocation ends here.
+func parseCommand(fs *flag.FlagSet, args []string) (positional, command []string, code int) {
 	flagArgs, cmdArgs, dashes := args, []string(nil), false
 	for i, a := range args {
 		if a == "--" {
@@ -146,7 +205,6 @@ func parseRun(fs *flag.FlagSet, args []string) (resources, command []string, cod
 			break
 		}
 	}
-	var positional []string
 	rest := flagArgs
 	for {
 		if err := fs.Parse(rest); err != nil {
@@ -162,32 +220,22 @@ func parseRun(fs *flag.FlagSet, args []string) (resources, command []string, cod
 		positional = append(positional, rest[0])
 		rest = rest[1:]
 		if !dashes {
-			// Without "--", the command starts after the resources.
 			cmdArgs, rest = rest, nil
 			break
 		}
 	}
-	stderr := fs.Output()
+	return positional, cmdArgs, -1
+}
+
+// checkCommand refuses a missing command, or one with an empty name.
+func checkCommand(fs *flag.FlagSet, command []string) int {
 	switch {
-	case len(positional) == 0:
-		return nil, nil, usageError(fs, stderr, "no RESOURCE: name what to lock, such as nightly-report or {orders}:1,{orders}:2")
-	case len(positional) > 1:
-		return nil, nil, usageError(fs, stderr, "more than one RESOURCE argument (%q): join resources with commas, and put the command after --", positional)
-	case len(cmdArgs) == 0:
-		return nil, nil, usageError(fs, stderr, "no COMMAND: give it after --, such as -- /usr/local/bin/nightly-report --full")
-	case strings.TrimSpace(cmdArgs[0]) == "":
-		return nil, nil, usageError(fs, stderr, "the COMMAND's name is empty: give a program after --, such as -- /usr/local/bin/nightly-report")
+	case len(command) == 0:
+		return usageError(fs, fs.Output(), "no COMMAND: give it after --, such as -- /usr/local/bin/nightly-report --full")
+	case strings.TrimSpace(command[0]) == "":
+		return usageError(fs, fs.Output(), "the COMMAND's name is empty: give a program after --, such as -- /usr/local/bin/nightly-report")
 	}
-	for i, res := range strings.Split(positional[0], ",") {
-		if res == "" {
-			return nil, nil, usageError(fs, stderr, "RESOURCE %q has an empty name at position %d", positional[0], i+1)
-		}
-		if j := slices.Index(resources, res); j >= 0 {
-			return nil, nil, usageError(fs, stderr, "RESOURCE %q: %q at position %d duplicates position %d", positional[0], res, i+1, j+1)
-		}
-		resources = append(resources, res)
-	}
-	return resources, cmdArgs, -1
+	return -1
 }
 
 func logger(verbose bool, stderr io.Writer) *slog.Logger {
@@ -216,7 +264,7 @@ func (r *runner) run(nodes []node) int {
 	defer signal.Stop(sigs)
 
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
-		redlock.WithErrorHandler(r.nodeTrouble()))
+		redlock.WithErrorHandler(nodeTrouble(r.log)))
 	if err != nil {
 		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
 		return exitUsage
@@ -234,94 +282,29 @@ func (r *runner) run(nodes []node) int {
 	r.log.Info("acquired", "resources", r.resources, "value", lock.Value(), "token", lock.Token(),
 		"valid", time.Until(lock.Expiration()).Round(time.Millisecond))
 
-	cmd := exec.Command(r.command[0], r.command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group, signalled as one
-	deathSignal(cmd.SysProcAttr)                          // dies with redlock (see watch.go)
-	tty := terminal()
-	if tty >= 0 {
-		// At a terminal, the command's group takes the foreground: it can
-		// read the terminal, and gets Ctrl-C itself.
-		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
-	}
-	cmd.Env = append(os.Environ(), "REDLOCK_RESOURCES="+strings.Join(r.resources, ","), "REDLOCK_VALUE="+lock.Value())
+	env := []string{"REDLOCK_RESOURCES=" + strings.Join(r.resources, ","), "REDLOCK_VALUE=" + lock.Value()}
 	if r.fencing {
-		cmd.Env = append(cmd.Env, "REDLOCK_TOKEN="+strconv.FormatUint(lock.Token(), 10))
+		env = append(env, "REDLOCK_TOKEN="+strconv.FormatUint(lock.Token(), 10))
 	}
-	// The parent-death signal comes when the thread that started the
-	// command exits: this goroutine keeps its thread until the command
-	// has exited, so that only redlock's death sends it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	w := startWatcher(r.stderr)
-	defer w.done()
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(r.stderr, "redlock run: cannot run %q: %v\n", r.command[0], err)
+	k := &keeper{runner: r, lock: lock}
+	c := &child{verb: "run", command: r.command, env: env, killGrace: r.killGrace, stderr: r.stderr, log: r.log}
+	e := c.run(sigs, k.run)
+	switch {
+	case !e.started:
 		r.release(lock, false)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
-	}
-	group := cmd.Process.Pid
-	w.watch(group)
-
-	// Keep the lock while the command runs; pass signals on to it.
-	ctx, stop := context.WithCancel(context.Background())
-	k := &keeper{runner: r, lock: lock, group: group, lost: make(chan struct{}), killed: make(chan struct{}), done: make(chan struct{})}
-	go k.run(ctx)
-	exited := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				r.log.Info("passing a signal to the command", "signal", s)
-				_ = syscall.Kill(-group, s.(syscall.Signal))
-			case <-exited:
-				return
-			}
-		}
-	}()
-	waitErr := cmd.Wait()
-	if tty >= 0 {
-		takeTerminal(tty)
-	}
-	code = exitCode(cmd, waitErr)
-	select {
-	case <-k.lost:
-		// What is left of the group (children that ignore SIGTERM) is
-		// killed at the end of the grace, before redlock exits.
-		if groupAlive(group) {
-			<-k.killed
-		}
-	default:
-		// The command has exited; what it left running in its group
-		// (a child in the background) is still under the lock: it is
-		// stopped (SIGTERM, then SIGKILL after the grace) before the
-		// lock is released, while the lock is still extended.
-		if groupAlive(group) {
-			r.log.Warn("the command exited and left processes in its group: stopping them before the release", "grace", r.killGrace)
-			stopGroup(group, r.killGrace)
-		}
-	}
-	w.done() // nothing of the group runs any more
-	close(exited)
-	stop()
-	<-k.done
-	select {
-	case <-k.lost:
+		return e.code
+	case e.lost:
 		r.release(k.lock, true)
 		return exitLost
-	default:
 	}
 	r.release(k.lock, false)
-	return code
+	return e.code
 }
 
 // nodeTrouble returns the error handler that says, once per node, that a
 // node failed (not contention, not a call cut short): by default redlock
 // prints nothing, but a node that does not answer is something going wrong.
-func (r *runner) nodeTrouble() func(error) {
+func nodeTrouble(log *slog.Logger) func(error) {
 	var mu sync.Mutex
 	said := map[int]bool{}
 	return func(err error) {
@@ -335,7 +318,7 @@ func (r *runner) nodeTrouble() func(error) {
 		said[ne.Node] = true
 		mu.Unlock()
 		if first {
-			r.log.Warn("a node failed", "node", ne.Addr, "op", ne.Op, "err", ne.Err)
+			log.Warn("a node failed", "node", ne.Addr, "op", ne.Op, "err", ne.Err)
 		}
 	}
 }
@@ -343,8 +326,7 @@ func (r *runner) nodeTrouble() func(error) {
 // acquire takes the lock, waiting as --wait says; a signal ends the wait.
 // It returns the lock, or nil and the exit code.
 func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.Lock, int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	opts := []redlock.Option{redlock.WithRetryCount(-1)}
 	switch {
 	case r.wait.forever:
@@ -352,27 +334,11 @@ func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.L
 		opts = []redlock.Option{redlock.WithRetryCount(0)}
 	default:
 		ctx, cancel = context.WithTimeout(ctx, r.wait.d)
-		defer cancel()
 	}
-	got := make(chan os.Signal, 1)
-	stopped, watched := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case s := <-sigs:
-			got <- s
-			cancel()
-		case <-stopped:
-		}
-	}()
-	lock, err := rl.Acquire(ctx, r.resources, r.ttl, opts...)
-	close(stopped)
-	<-watched
-	var sig os.Signal
-	select {
-	case sig = <-got:
-	default:
-	}
+	defer cancel()
+	var lock *redlock.Lock
+	var err error
+	sig := untilSignal(ctx, sigs, nil, func(ctx context.Context) { lock, err = rl.Acquire(ctx, r.resources, r.ttl, opts...) })
 	if err == nil && sig != nil {
 		// The signal came as the lock was granted: the command is not
 		// started.
@@ -417,34 +383,19 @@ func (r *runner) release(lock *redlock.Lock, lost bool) {
 	}
 }
 
-// exitCode is the command's exit code, 128+n when signal n killed it.
-func exitCode(cmd *exec.Cmd, err error) int {
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	if err != nil && cmd.ProcessState == nil {
-		return exitCannotRun
-	}
-	return cmd.ProcessState.ExitCode()
-}
-
-// keeper extends the lock while the command runs, and stops the command
-// when the lock is lost.
+// keeper extends the lock while the command runs.
 type keeper struct {
 	*runner
-	lock   *redlock.Lock // the newest handle; read by run's caller after done
-	group  int           // the command's process group
-	lost   chan struct{} // closed when the lock was lost
-	killed chan struct{} // closed when the grace after a loss is over and SIGKILL was sent
-	done   chan struct{} // closed when run returns
+	lock *redlock.Lock // the newest handle; read by run's caller after run returned
 }
 
 // run extends the lock when half the ttl is left (earlier with a long
-// --kill-grace), retrying while there is time. When the lock is lost, or
-// extensions kept failing until kill-grace + ttl/10 before the expiration,
-// the command gets SIGTERM, and SIGKILL kill-grace later.
-func (k *keeper) run(ctx context.Context) {
-	defer close(k.done)
+// --kill-grace), retrying while there is time, until ctx ends. When the
+// lock is lost, or extensions kept failing until kill-grace + ttl/10
+// before the expiration, it calls lost: the command gets SIGTERM, and
+// SIGKILL kill-grace later, so that the SIGKILL lands before the lock's
+// validity ends.
+func (k *keeper) run(ctx context.Context, lost func(why string)) {
 	margin := k.ttl / 10
 	lead := max(k.ttl/2, k.killGrace+2*margin) // extend when this much is left
 	for {
@@ -466,7 +417,14 @@ func (k *keeper) run(ctx context.Context) {
 				return // the command has exited
 			}
 			if errors.Is(err, redlock.ErrLockExpired) || !time.Now().Before(signalAt) {
-				k.stop(err)
+				why := "another holder has it, or it expired"
+				if !errors.Is(err, redlock.ErrLockExpired) {
+					// Extensions kept failing until the command had to
+					// be told: say so, not only the last attempt's
+					// deadline.
+					why = "a quorum of nodes did not extend it before its validity ran short (the nodes stopped answering in time)"
+				}
+				lost(fmt.Sprintf("the lock on %s was lost while the command ran: %s (last extension: %s)", strings.Join(k.resources, ","), why, plain(err)))
 				return
 			}
 			k.log.Info("extension failed; trying again", "err", plain(err))
@@ -475,28 +433,6 @@ func (k *keeper) run(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// stop tells the command that the lock is lost: SIGTERM now, SIGKILL after
-// the grace period unless it has exited.
-func (k *keeper) stop(err error) {
-	close(k.lost)
-	why := "another holder has it, or it expired"
-	if !errors.Is(err, redlock.ErrLockExpired) {
-		// Extensions kept failing until the command had to be told: say
-		// so, not only the last attempt's deadline.
-		why = "a quorum of nodes did not extend it before its validity ran short (the nodes stopped answering in time)"
-	}
-	fmt.Fprintf(k.stderr, "redlock run: the lock on %s was lost while the command ran: %s; sending it SIGTERM, and SIGKILL in %v; last extension: %s\n",
-		strings.Join(k.resources, ","), why, k.killGrace, plain(err))
-	_ = syscall.Kill(-k.group, syscall.SIGTERM)
-	go func() {
-		defer close(k.killed)
-		time.Sleep(k.killGrace)
-		// The group may be gone: then the error is ignored. (Linux keeps
-		// a process group's id from being reused while any member lives.)
-		_ = syscall.Kill(-k.group, syscall.SIGKILL)
-	}()
 }
 
 // sleep waits for d, or returns false when ctx ends first.

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-redlock/redlock"
+)
+
+// exitNoLeader is leader's code when a quorum answered and nobody leads:
+// grep's "not found" (0 found, 1 not, 2 usage).
+const exitNoLeader = 1
+
+// leaderJSON is one line of leader --json: the leader's id and term, both
+// null when nobody leads.
+type leaderJSON struct {
+	ID   *string `json:"id"`
+	Term *uint64 `json:"term"`
+}
+
+// leaderFlagSet returns leader's flags, writing errors and usage to out.
+func leaderFlagSet(out io.Writer) (*flag.FlagSet, *common, *bool, *bool) {
+	fs := newFlagSet("leader", usageLeader, out)
+	c := &common{}
+	c.register(fs)
+	asJSON := fs.Bool("json", false, `print {"id":...,"term":...} (one object a line with --watch)`)
+	watch := fs.Bool("watch", false, "print the leader, then a line for each new term, until SIGINT or SIGTERM")
+	return fs, c, asJSON, watch
+}
+
+func leaderVerb(args []string, stdout, stderr io.Writer) int {
+	if wantsHelp(args) {
+		fs, _, _, _ := leaderFlagSet(stdout)
+		fs.Usage()
+		return 0
+	}
+	fs, c, asJSON, watch := leaderFlagSet(stderr)
+	short(fs, stderr)
+	// Flags may come after the name too (redlock leader x --json).
+	var names []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return exitUsage
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] == "--" {
+			names = append(names, rest[1:]...)
+			break
+		}
+		names, rest = append(names, rest[0]), rest[1:]
+	}
+	switch {
+	case len(names) == 0:
+		return usageError(fs, stderr, "no NAME: name the election, such as scheduler")
+	case len(names) > 1:
+		return usageError(fs, stderr, "more than one NAME (%q): give one election", names)
+	case names[0] == "":
+		return usageError(fs, stderr, "the election's NAME is empty")
+	}
+	if !given(fs, "node-timeout") {
+		c.nodeTimeout = defaultNodeTimeout
+	}
+	if c.nodeTimeout <= 0 {
+		return usageError(fs, stderr, "--node-timeout %v is not positive", c.nodeTimeout)
+	}
+	nodes, err := dial(c.nodes, c.nodeTimeout)
+	if err != nil {
+		return usageError(fs, stderr, "%v", err)
+	}
+	defer closeNodes(nodes)
+	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(c.nodeTimeout))
+	if err != nil {
+		return usageError(fs, stderr, "%s", plain(err))
+	}
+	defer func() { _ = rl.Close() }()
+	p := leaderPrinter{w: stdout, json: *asJSON}
+	el := rl.Election(names[0])
+	if !*watch {
+		l, err := el.Leader(context.Background())
+		return p.print(l, err, stderr)
+	}
+
+	// --watch: the leader now, then each new term, until a signal.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	l, err := el.Leader(ctx)
+	if ctx.Err() != nil {
+		return 0
+	}
+	p.print(l, err, stderr)
+	last := l.Term
+	for l := range el.Observe(ctx) {
+		if l.Term > last { // Observe sends the current leader first: maybe the one printed
+			p.print(l, nil, stderr)
+			last = l.Term
+		}
+	}
+	return 0
+}
+
+// leaderPrinter prints Leader's answers, as text or JSON.
+type leaderPrinter struct {
+	w    io.Writer
+	json bool
+}
+
+// print prints l, or that nobody leads, or on stderr why the nodes could
+// not tell; and returns leader's exit code for it.
+func (p leaderPrinter) print(l redlock.Leader, err error, stderr io.Writer) int {
+	switch {
+	case err == nil && p.json:
+		b, _ := json.Marshal(leaderJSON{ID: &l.ID, Term: &l.Term})
+		fmt.Fprintf(p.w, "%s\n", b)
+	case err == nil:
+		fmt.Fprintf(p.w, "%s (term %d)\n", l.ID, l.Term)
+	case errors.Is(err, redlock.ErrNoLeader) && p.json:
+		fmt.Fprintln(p.w, `{"id":null,"term":null}`)
+		return exitNoLeader
+	case errors.Is(err, redlock.ErrNoLeader):
+		fmt.Fprintln(p.w, "no leader")
+		return exitNoLeader
+	case errors.Is(err, redlock.ErrInvalidArgument):
+		fmt.Fprintf(stderr, "redlock leader: %s\n", plain(err))
+		return exitUsage
+	default: // each node's error on a line of its own: one line
+		fmt.Fprintf(stderr, "redlock leader: %s\n", strings.ReplaceAll(plain(err), "\n", "; "))
+		return exitUnavailable
+	}
+	return 0
+}
