@@ -212,9 +212,11 @@
 // returns. A term is a fenced lock on "redlock:election:" + name, extended
 // as Using extends its lock, and its number ([Term.Number], [TokenFrom] in
 // Lead's fn) is its fencing token: greater than every earlier term's, by the
-// argument above. The term's write-back also records value:term:id in
-// "redlock:leader:{tag}:redlock:election:" + name on each node that takes
-// it, and announces the term on [ElectedChannel]. [Election.Leader] reads
+// argument above. Once the term is granted, its first extension (at once)
+// records value:term:id in "redlock:leader:{tag}:redlock:election:" + name
+// on each node that holds its lock and announces the term on
+// [ElectedChannel]; each later extension writes the record again where it
+// is missing (a node that was slow, or lost it). [Election.Leader] reads
 // the records: a candidate leads when a quorum of nodes hold both its lock
 // and its record; [ErrNoLeader] when the nodes that answered rule every
 // candidate out. [Election.Observe] reads the leader at each announcement

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,10 +13,10 @@ import (
 
 // Leader election: a term is a fenced lock on the election's key, kept
 // extended while it lasts (Using's extender), whose fencing token is the
-// term's number. Its write-back (script.ElectWriteBack) also records the
-// leader (value:term:id) beside the key on every node that took it, and
-// announces the term on ElectedChannel; Leader reads the records
-// (leader.go).
+// term's number. Once granted, its extensions (script.ElectExtend, the
+// first at once) also record the leader (value:term:id) beside the key on
+// every node that holds it, and announce the term on ElectedChannel;
+// Leader reads the records (leader.go).
 
 // The sentinels of the election.
 var (
@@ -117,24 +118,56 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 		return nil, err
 	}
 	r := e.r
-	if r.terms.isClosed() {
-		return nil, ErrClosed
-	}
-	p := fencedAcquirePlan([]string{e.key}, ttl)
-	p.wb, p.wbKeys, p.wbArgs = script.ElectWriteBack, []string{e.key, fenceKey(e.key), e.rec}, []any{id}
+	// Close ends a campaign as it ends the terms.
+	cctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	closed := r.terms.done()
+	go func() {
+		select {
+		case <-closed:
+			stop(ErrClosed)
+		case <-cctx.Done():
+		}
+	}()
 	camp := *cfg
 	camp.retryCount = -1 // a campaign tries until ctx ends; the term's extensions and release retry as the options say
-	lock, err := r.grant(ctx, &camp, p)
-	if err != nil {
-		return nil, err
+	for {
+		lock, err := r.grant(cctx, &camp, fencedAcquirePlan([]string{e.key}, ttl))
+		if err != nil {
+			if errors.Is(context.Cause(cctx), ErrClosed) {
+				return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+			}
+			return nil, err
+		}
+		lock.cfg = cfg
+		lock.kind.term = &termRecord{keys: []string{e.key, fenceKey(e.key), e.rec}, id: id}
+		// Only a granted term is recorded and announced (its first
+		// extension, at once), so that Leader and Observe never show an
+		// attempt that failed after its write-back. A record round lost to
+		// node failures is made again by the term's next extension.
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lock.until())
+		next, err := lock.Extend(rctx, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			lock = next
+		case errors.Is(err, ErrLockExpired): // lost at once: campaign again
+			if cctx.Err() != nil {
+				return nil, err
+			}
+			continue
+		}
+		return e.begin(ctx, cfg, id, ttl, lock)
 	}
-	lock.cfg = cfg
-	lock.kind.term = &termRecord{keys: p.wbKeys, id: id} // its extensions keep its record
+}
+
+// begin starts the term of lock: its context and its extender.
+func (e *Election) begin(ctx context.Context, cfg *config, id string, ttl time.Duration, lock *Lock) (*Term, error) {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Term{id: id, lock: lock, ctx: withToken(tctx, lock.token), cancel: cancel, done: make(chan struct{})}
 	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}
 	go t.ext.run(tctx)
-	if !r.terms.add(t) { // closed while it campaigned
+	if !e.r.terms.add(t) { // closed while it campaigned
 		_ = t.end(context.WithoutCancel(ctx), ErrClosed)
 		return nil, ErrClosed
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"math"
 	mrand "math/rand/v2"
 	"sync/atomic"
@@ -189,18 +190,23 @@ func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionErro
 		return refusalError(refusal, refusals, n, st.VotesAgainst)
 	}
 	// Contention is judged on the last attempt that ctx did not cut short:
-	// one cut mid-way holds ctx errors, not the nodes' answers.
+	// one cut mid-way holds ctx errors, not the nodes' answers; one that
+	// ctx ended only after it was whole counts.
+	this := &ExecutionError{reason: tally(p.op, st, held), against: st.VotesAgainst}
+	if p.contended != nil && held > n-q {
+		this.sentinel = p.contended
+	}
 	if err := c.ctx.Err(); err != nil {
+		if !cutShort(st) {
+			c.last = this
+		}
 		e := &ExecutionError{reason: "cut short", ctxErr: err}
 		if c.last != nil {
 			e.reason, e.sentinel, e.against = c.last.reason, c.last.sentinel, c.last.against
 		}
 		return e
 	}
-	c.last = &ExecutionError{reason: tally(p.op, st, held), against: st.VotesAgainst}
-	if p.contended != nil && held > n-q {
-		c.last.sentinel = p.contended
-	}
+	c.last = this
 	if p.pastUntil == oneAttemptPastUntil && !time.Now().Before(p.until) {
 		c.last.reason = "the lock expired before it could be released, and one attempt did not find it on a quorum: " + c.last.reason
 		c.last.sentinel = ErrLockExpired
@@ -241,6 +247,17 @@ func (c *run) fail(p *plan, e *ExecutionError) outcome {
 		c.cleaning.await(c.ctx, c.timeout)
 	}
 	return c.o
+}
+
+// cutShort reports whether ctx ended the attempt: a node voted against with
+// ctx's error.
+func cutShort(st ExecutionStats) bool {
+	for _, v := range st.VotesAgainst {
+		if errors.Is(v.Err, context.Canceled) || errors.Is(v.Err, context.DeadlineExceeded) {
+			return true
+		}
+	}
+	return false
 }
 
 // slept is how a pause between attempts ended.

@@ -74,9 +74,6 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, value str
 	}
 	token := top + 1 // top < script.MaxToken: the script and Read refuse more
 	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{value, strconv.FormatUint(token, 10)}, acked: p.acked}
-	if p.wb != nil {
-		wb.s, wb.keys, wb.args = p.wb, p.wbKeys, append(wb.args, p.wbArgs...)
-	}
 	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
 	if timeout <= 0 {
 		// Too late to send anything: the attempt fails on its first round.

@@ -123,8 +123,10 @@ const observePoll = time.Second
 // after a later one). It reads the leader when a node announces a term on
 // [ElectedChannel] (one subscription per node, for as long as the channel
 // is open) and at least once a second. The channel is closed when ctx ends
-// or the Redlock is closed; a receiver that stops reading holds the reads
-// up, nothing else. Bad input (a nil or zero Election, a bad name, a nil
+// or the Redlock is closed, at once; a subscription to a node that hangs
+// ends when the node answers, its client's read times out, or the client
+// is closed. A receiver that stops reading holds the reads up, nothing
+// else. Bad input (a nil or zero Election, a bad name, a nil
 // ctx) gives a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
@@ -135,10 +137,12 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ctx, cancel := context.WithCancel(ctx)
 	closed := e.r.terms.done()
 	poke := make(chan struct{}, 1)
-	subs := e.subscribe(ctx, poke)
+	e.subscribe(ctx, poke)
 	go func() {
+		// The subscriptions end with ctx, each once its node answers
+		// (or its client's read times out, or the client is closed): the
+		// channel is closed without waiting for a node that hangs.
 		defer close(ch)
-		defer subs.Wait()
 		defer cancel()
 		var last uint64
 		t := time.NewTimer(0)
@@ -180,12 +184,9 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 // ElectedChannel, each poking poke, until ctx ends. Each node's
 // subscription is made in its own goroutine: a node that does not answer
 // holds up nothing but its own.
-func (e *Election) subscribe(ctx context.Context, poke chan<- struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
+func (e *Election) subscribe(ctx context.Context, poke chan<- struct{}) {
 	for _, nd := range e.r.nodes {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			var ps *redis.PubSub
 			if cc := nd.Cluster(); cc != nil {
 				ps = cc.Subscribe(ctx, ElectedChannel) // PUBLISH reaches every shard
@@ -212,5 +213,4 @@ func (e *Election) subscribe(ctx context.Context, poke chan<- struct{}) *sync.Wa
 			}
 		}()
 	}
-	return &wg
 }

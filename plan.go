@@ -41,12 +41,6 @@ type plan struct {
 	// fenced: an attempt that reaches a quorum writes its fencing token
 	// back (writeBack), and the write-back's quorum is the attempt's.
 	fenced bool
-	// wb, when set, is the fenced acquire's write-back script in place of
-	// script.WriteBack, run on wbKeys with ARGV value, token, wbArgs...
-	// (an election's, which also records its leader).
-	wb     *script.Script
-	wbKeys []string
-	wbArgs []any
 	// undo, when set, is the script that releases a failed attempt's
 	// writes, on undoKeys with ARGV value, undoArgs... (a semaphore's or a
 	// shared lock's); else script.Cleanup on the resources.

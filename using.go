@@ -162,7 +162,7 @@ func (e *extender) run(ctx context.Context) {
 			}
 			// Lost for good, or out of time: tell fn at once.
 			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
-				e.err = &extensionError{err: err}
+				e.err = &extensionError{err: err, term: e.abort}
 				e.cancel(e.err)
 				e.lock.life.reportLost(ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
 				return
@@ -199,11 +199,19 @@ func (e *extender) wait(d time.Duration) bool {
 }
 
 // extensionError is the cause with which Using cancels fn's context when an
-// extension failed: it matches ErrExtensionFailed and the Extend error.
-type extensionError struct{ err error }
+// extension failed (and a term's, when it is lost): it matches
+// ErrExtensionFailed and the Extend error.
+type extensionError struct {
+	err  error
+	term bool
+}
 
 func (e *extensionError) Error() string {
-	return "redlock: the lock was lost while fn ran: " + strings.TrimPrefix(e.err.Error(), "redlock: ")
+	what := "the lock was lost while fn ran"
+	if e.term {
+		what = "the term was lost"
+	}
+	return "redlock: " + what + ": " + strings.TrimPrefix(e.err.Error(), "redlock: ")
 }
 
 func (e *extensionError) Unwrap() []error { return []error{ErrExtensionFailed, e.err} }

@@ -82,6 +82,9 @@ func validateResources(resources []string) error {
 		if strings.HasPrefix(res, script.FencePrefix) {
 			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, script.FencePrefix)
 		}
+		if ns := reservedPrefix(res); ns != "" {
+			return invalid("resources[%d] %q is in the namespace %s*, which redlock keeps for its own keys: give locks keys of their own", i, res, ns)
+		}
 		for j := range i {
 			if resources[j] == res {
 				return invalid("resources[%d] %q duplicates resources[%d]", i, res, j)
@@ -117,4 +120,16 @@ func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
 		return invalid("the lock was acquired through another Redlock")
 	}
 	return nil
+}
+
+// reservedPrefix returns the namespace of redlock's own keys that res is
+// in (the leader records of elections, the permits of semaphores, the
+// readers of shared locks), or "".
+func reservedPrefix(res string) string {
+	for _, ns := range []string{script.LeaderPrefix, "redlock:permit:", "redlock:readers:"} {
+		if strings.HasPrefix(res, ns) {
+			return ns
+		}
+	}
+	return ""
 }

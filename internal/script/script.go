@@ -278,9 +278,9 @@ func (e *UnexpectedError) Error() string {
 	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
 }
 
-// ElectedChannel is the pub/sub channel on which an election's write-back
-// announces each term it wrote on a node: the message is the election's
-// key. Observers of the election wake on it and read the leader.
+// ElectedChannel is the pub/sub channel on which a term's extension
+// announces the term where it recorded it on a node: the message is the
+// election's key. Observers of the election wake on it and read the leader.
 const ElectedChannel = "redlock:elected"
 
 // LeaderPrefix starts the key under which a node keeps an election's
@@ -288,26 +288,6 @@ const ElectedChannel = "redlock:elected"
 const LeaderPrefix = "redlock:leader:"
 
 const (
-	// electWriteBackSrc is an election's write-back: a fenced acquire's
-	// second round (writeBackSrc) for one key, which also records who holds
-	// it. KEYS are the election's lock key, its fencing counter and its
-	// leader record; ARGV the lock's value, the term (the token) and the
-	// candidate's id. Where the key still holds the value, the counter
-	// becomes max(counter, term), the record value:term:id, and the term is
-	// announced on ElectedChannel. It answers 1 when it wrote, else 0.
-	electWriteBackSrc = `
-if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
-local c = redis.call("get", KEYS[2])
-local x = tonumber(c or "0")
-if not x then
-  return redis.error_reply("` + BadCounter + `" .. KEYS[2] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
-end
-if x < tonumber(ARGV[2]) then redis.call("set", KEYS[2], ARGV[2]) end
-redis.call("set", KEYS[3], ARGV[1] .. ":" .. ARGV[2] .. ":" .. ARGV[3])
-redis.pcall("publish", "` + ElectedChannel + `", KEYS[1]) -- a node without pub/sub still elects
-return 1
-`
-
 	// leaderSrc reads an election on one node: KEYS are its lock key and
 	// its leader record. It answers the record when the key holds the
 	// record's value (the node's leader), else "" (none, or a candidate
@@ -322,26 +302,29 @@ return ""
 )
 
 // electExtendSrc extends a term: extendSrc for the election's lock key,
-// which also writes the term's record and raises the counter where they
-// lag (a node that the write-back missed, or that lost them), so that a
-// live term is seen by Leader on every node that holds it. KEYS as
-// electWriteBackSrc's; ARGV the value, the ttl, the term, the id. It
-// answers 1 when it extended, else 0.
+// which also writes the term's record (value:term:id) and raises the
+// counter where they lag or are missing, and announces the term on
+// ElectedChannel where it wrote the record. A term's first extension, right
+// after its grant, records it; the later ones mend a node that missed it or
+// lost it. KEYS: the lock key, its counter, its record; ARGV the value, the
+// ttl, the term, the id. It answers 1 when it extended, else 0.
 const electExtendSrc = `
 if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call("pexpire", KEYS[1], ARGV[2])
 local rec = ARGV[1] .. ":" .. ARGV[3] .. ":" .. ARGV[4]
-if redis.call("get", KEYS[3]) ~= rec then redis.call("set", KEYS[3], rec) end
+if redis.call("get", KEYS[3]) ~= rec then
+  redis.call("set", KEYS[3], rec)
+  redis.pcall("publish", "` + ElectedChannel + `", KEYS[1]) -- a node without pub/sub still elects
+end
 local x = tonumber(redis.call("get", KEYS[2]) or "0")
 if x and x < tonumber(ARGV[3]) then redis.call("set", KEYS[2], ARGV[3]) end
 return 1
 `
 
-// The election's scripts. ElectWriteBack's and ElectExtend's KEYS are one
-// lock key, its counter and its record: one resource.
+// The election's scripts. ElectExtend's KEYS are one lock key, its
+// counter and its record: one resource.
 var (
-	ElectWriteBack = newScript(electWriteBackSrc)
-	ElectExtend    = newScript(electExtendSrc)
+	ElectExtend = newScript(electExtendSrc)
 	Leader         = newScript(leaderSrc)
 )
 
