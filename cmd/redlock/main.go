@@ -145,6 +145,13 @@ the lock when the command exits. The command gets REDLOCK_RESOURCES
 (comma-separated), REDLOCK_VALUE (the lock's random value) and, with
 --fencing, REDLOCK_TOKEN in its environment.
 
+With --permits N, the run takes one of N permits of each resource instead: at
+most N runs of the resource at once, across every host (a semaphore that keeps
+its bound while a minority of nodes fails). With --shared, it takes a shared
+(read) lock: shared runs go side by side, and an exclusive run waits for them
+all (no new shared run starts while one waits). Every run of a resource must
+use the same kind: a different --permits fails at once (exit 2).
+
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlock are passed to the
 command's process group; redlock waits for the command, then releases the lock.
 

@@ -794,3 +794,71 @@ func TestLostLockToSilentNodesSaysSo(t *testing.T) {
 	assert.Contains(t, errb.String(), "did not extend it before its validity ran short")
 	t.Log(errb.String())
 }
+
+// --permits N runs at most N commands of a resource at once; --shared runs
+// go side by side and keep an exclusive run out; kinds do not mix.
+func TestPermitsAndShared(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	results := make([]result, 6)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = c.run(t, "run", "--permits", "2", "--wait", "0", "render", "--", "sh", "-c", "echo ran >> "+dir+"/ran; sleep 1")
+		}()
+	}
+	wg.Wait()
+	codes := map[int]int{}
+	for _, r := range results {
+		codes[r.code]++
+	}
+	assert.Equal(t, map[int]int{0: 2, exitConflict: 4}, codes, "two permits: two runs at once")
+	c.empty(t, "render")
+
+	holder := c.command("run", "--permits", "2", "render", "--", "sleep", "2")
+	require.NoError(t, holder.Start())
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, p := range c.Peek {
+			if p.Get(context.Background(), "render").Val() == "redlock:permits:2" {
+				n++
+			}
+		}
+		return n >= 2
+	}, 10*time.Second, 5*time.Millisecond, "a permit held on a quorum")
+	r := c.run(t, "run", "--permits", "3", "render", "--", "true")
+	assert.Equal(t, exitUsage, r.code, "another --permits: %s", r.stderr)
+	assert.Contains(t, r.stderr, "semaphore of 2 permits, not 3")
+	require.NoError(t, holder.Wait())
+
+	for i := range 3 {
+		results[i] = result{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = c.run(t, "run", "--shared", "--wait", "0", "config", "--", "sleep", "1")
+		}()
+	}
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, p := range c.Peek {
+			if p.ZCard(context.Background(), "redlock:readers:{config}:config").Val() == 3 {
+				n++
+			}
+		}
+		return n >= 2
+	}, 10*time.Second, 5*time.Millisecond, "three shared runs at once on a quorum")
+	r = c.run(t, "run", "--wait", "0", "config", "--", "true")
+	assert.Equal(t, exitConflict, r.code, "an exclusive run beside shared ones")
+	wg.Wait()
+	for i := range 3 {
+		assert.Zero(t, results[i].code, "shared run %d: %s", i, results[i].stderr)
+	}
+
+	for _, args := range [][]string{{"--permits", "0"}, {"--permits", "2", "--shared"}, {"--fencing", "--shared"}, {"--fencing", "--permits", "3"}} {
+		r := c.run(t, append(append([]string{"run"}, args...), "x", "--", "true")...)
+		assert.Equal(t, exitUsage, r.code, "%v", args)
+	}
+}

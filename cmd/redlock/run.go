@@ -108,6 +108,8 @@ func (h *holdFlags) check(fs *flag.FlagSet, stderr io.Writer) int {
 type runFlags struct {
 	holdFlags
 	fencing bool
+	permits int
+	shared  bool
 }
 
 // runFlagSet returns run's flags, writing errors and usage to out.
@@ -120,6 +122,8 @@ func runFlagSet(out io.Writer) (*flag.FlagSet, *runFlags) {
 		wait:    "how long to wait for the lock, a `duration` (seconds, or 30s, 5m): 0 tries once, \"forever\" waits until it is free (default 0: see Waiting)",
 	})
 	fs.BoolVar(&f.fencing, "fencing", false, "acquire with a fencing token, given to the command as REDLOCK_TOKEN")
+	fs.IntVar(&f.permits, "permits", 1, "take one of `N` permits of each resource (a semaphore: at most N commands at once); 1 is the exclusive lock")
+	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock: shared runs go side by side, an exclusive run waits for them all")
 	return fs, f
 }
 
@@ -152,6 +156,14 @@ func runVerb(args []string, stdout, stderr io.Writer) int {
 	f := *fp
 	if code := f.check(fs, stderr); code >= 0 {
 		return code
+	}
+	switch {
+	case f.permits < 1 || f.permits > 1024:
+		return usageError(fs, stderr, "--permits %d is outside 1 to 1024", f.permits)
+	case f.permits > 1 && f.shared:
+		return usageError(fs, stderr, "--permits and --shared together: a run takes a permit or a shared lock, not both")
+	case f.fencing && (f.permits > 1 || f.shared):
+		return usageError(fs, stderr, "--fencing with --permits or --shared: a fencing token orders holders that exclude each other; fence the exclusive run that writes")
 	}
 	nodes, err := dial(f.nodes, f.nodeTimeout)
 	if err != nil {
@@ -264,7 +276,7 @@ func (r *runner) run(nodes []node) int {
 	defer signal.Stop(sigs)
 
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
-		redlock.WithErrorHandler(nodeTrouble(r.log)))
+		redlock.WithPermits(r.permits), redlock.WithShared(r.shared), redlock.WithErrorHandler(nodeTrouble(r.log)))
 	if err != nil {
 		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
 		return exitUsage
