@@ -281,7 +281,13 @@ func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won 
 	for _, i := range moved {
 		st.VotesAgainst = append(st.VotesAgainst, report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: OpAcquire,
 			Err: &ResourceLockedError{Op: OpAcquire, Requested: len(as.keys), split: true}}))
-		if won {
+	}
+	if won {
+		// Every node that has answered, its vote counted yet or not: a node
+		// stores its answer before it reads the winner (stray, from
+		// answer), and the winner is stored before this reads the answers,
+		// so each stray node is seen by one of the two.
+		for i := range as.nodes {
 			as.stray(i)
 		}
 	}
@@ -290,8 +296,9 @@ func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won 
 // stray releases, on node i, the permits a won semaphore attempt's node
 // took when they are not the winner's: that node is no part of the lock.
 func (as *attemptState) stray(i int) {
+	nc := &as.nodes[i]
 	w := as.winner.Load()
-	if w == nil || as.nodes[i].picks == *w || as.cleanup == nil {
+	if w == nil || as.cleanup == nil || nc.state.Load() != callDone || nc.picks == "" || nc.picks == *w {
 		return
 	}
 	as.clean(i)

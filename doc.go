@@ -255,7 +255,9 @@
 // as long as the longest of them, so the exclusive lock waits, and a lock of
 // another kind is refused with an error matching [ErrInvalidArgument]. An
 // exclusive acquire that finds readers marks the key, and no new reader is
-// granted there until the readers have left: a writer is not starved.
+// granted there until the readers have left, or 2 s after the writer's last
+// attempt: a writer is not starved, and one that gave up does not starve
+// the readers.
 //
 // # Waiting
 //

@@ -320,9 +320,13 @@ func WithPermits(n int) Option {
 // set beside it ("redlock:readers:{tag}:" + resource), and its own key
 // holds "redlock:shared" while a reader holds it, so an exclusive acquire
 // waits. An exclusive acquire that finds readers marks the resource
-// ("redlock:shared:w") on each node: no new reader is granted there until
-// the readers have left, so a writer waits at most for the longest reader
-// already in, however many readers come and go. Safety is by intersection:
+// ("redlock:shared:w:" and until when) on each node: no new reader is
+// granted there until the readers have left, so a writer waits at most for
+// the longest reader already in, however many readers come and go. The
+// mark lasts 2 s (or the writer's ttl, when shorter) from the writer's last
+// attempt: a writer that gave up keeps new readers out no longer than that,
+// and one that retries less often than every 2 s (WithRetryDelay) may let
+// readers in between its attempts. Safety is by intersection:
 // a reader's quorum and a writer's share a node, which refuses whichever
 // came second. It cannot be combined with [WithFencing] or [WithPermits].
 // Default: off.

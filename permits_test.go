@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,9 +44,7 @@ func TestPermitsBasics(t *testing.T) {
 		_, err = l.Release(ctx)
 		require.NoError(t, err)
 	}
-	for i := range f.Peek {
-		assert.Zero(t, f.DBSize(t, i), "node %d keeps nothing once every permit is released", i)
-	}
+	emptied(t, f, "every permit released")
 }
 
 // The bound holds where per-node counting breaks it: 12 contenders, 2
@@ -164,9 +163,7 @@ func TestSharedLocks(t *testing.T) {
 		_, err = l.Release(ctx)
 		require.NoError(t, err)
 	}
-	for i := range f.Peek {
-		assert.Zero(t, f.DBSize(t, i), "node %d keeps nothing once every reader left", i)
-	}
+	emptied(t, f, "every reader left")
 	w, err := f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, once)
 	require.NoError(t, err, "a writer once the readers left")
 	_, err = f.rl.Acquire(ctx, []string{"config"}, 5*time.Second, shared, once)
@@ -277,4 +274,117 @@ func TestKindsOnACluster(t *testing.T) {
 		_, err = r.Release(ctx)
 		require.NoError(t, err, name)
 	}
+}
+
+// Once every holder has released, no permit, marker or reader is left on
+// any node, and all n permits can be taken: a node that took other permits
+// than a won attempt's quorum releases them at once. (Was: 7-11 permits
+// left for their ttl in 11 of 12 runs, the semaphore at 1 of 2 with no
+// holder: a node whose vote was not yet counted when the attempt was
+// decided was never told.)
+func TestNoPermitLeftOnceReleased(t *testing.T) {
+	f := newNodes(t, 5)
+	ctx := context.Background()
+	two := redlock.WithPermits(2)
+	var wg sync.WaitGroup
+	for range 8 {
+		rl, _ := candidate(t, f, fast...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				l, err := rl.Acquire(ctx, []string{"sem"}, 30*time.Second, two, redlock.WithRetryCount(-1))
+				if assert.NoError(t, err) {
+					_, err = l.Release(ctx)
+					assert.NoError(t, err)
+				}
+			}
+			require.NoError(t, rl.Close()) // the cleanups in flight are sent
+		}()
+	}
+	wg.Wait()
+	emptied(t, f, "every holder released (the permits' ttl: 30s)")
+	for range 2 {
+		_, err := f.rl.Acquire(ctx, []string{"sem"}, 30*time.Second, two, redlock.WithRetryCount(0))
+		require.NoError(t, err, "both permits free")
+	}
+}
+
+// A writer that gave up holds new readers off for at most WriterWaitsFor
+// (2 s) after its last attempt, even while a reader that was in keeps
+// extending. (Was: until every reader left, for ever under Using.)
+func TestAGoneWriterHoldsReadersOffBriefly(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	shared := redlock.WithShared(true)
+	long, err := f.rl.Acquire(ctx, []string{"doc"}, 30*time.Second, shared)
+	require.NoError(t, err)
+	_, err = f.rl.Acquire(ctx, []string{"doc"}, 5*time.Second, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	gave := time.Now()
+	_, err = f.rl.Acquire(ctx, []string{"doc"}, 5*time.Second, shared, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "the writer's mark keeps new readers out")
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := f.rl.Acquire(rctx, []string{"doc"}, 5*time.Second, shared, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+	require.NoError(t, err, "a reader once the gone writer's mark lapsed")
+	t.Logf("a new reader got in %v after the writer gave up", time.Since(gave).Round(time.Millisecond))
+	for _, l := range []*redlock.Lock{r, long} {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	}
+}
+
+// A writer of several resources marks every one that readers hold: a
+// reader that comes after it began waiting is kept out of each. (Was: only
+// the first was marked.)
+func TestAWriterMarksEveryResource(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shared := redlock.WithShared(true)
+	ra, err := f.rl.Acquire(ctx, []string{"a"}, 10*time.Second, shared)
+	require.NoError(t, err)
+	rb, err := f.rl.Acquire(ctx, []string{"b"}, 10*time.Second, shared)
+	require.NoError(t, err)
+	writer, _ := candidate(t, f, fast...)
+	got := make(chan error, 1)
+	go func() {
+		l, err := writer.Acquire(ctx, []string{"a", "b"}, 5*time.Second, redlock.WithRetryCount(-1))
+		if err == nil {
+			_, err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { // the writer tried, and marked both on a quorum
+		n := 0
+		for i := range f.Peek {
+			if strings.HasPrefix(f.Get(t, i, "a"), "redlock:shared:w:") && strings.HasPrefix(f.Get(t, i, "b"), "redlock:shared:w:") {
+				n++
+			}
+		}
+		return n >= 2
+	}, 10*time.Second, time.Millisecond)
+	_, err = f.rl.Acquire(ctx, []string{"b"}, 10*time.Second, shared, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "a late reader of b while the writer waits")
+	for _, l := range []*redlock.Lock{ra, rb} {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-got, "the writer, once the readers in before it left")
+}
+
+// emptied waits until no node keeps a key: a release returns at a quorum,
+// and reaches the other nodes a moment later (it is always sent to every
+// node); a leak stays for its ttl, far longer than the wait.
+func emptied(t *testing.T, f *fixture, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i := range f.Peek {
+			if f.DBSize(t, i) != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond, "keys left on the nodes once %s", why)
 }

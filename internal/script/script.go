@@ -26,12 +26,27 @@ const FencePrefix = "redlock:fence:"
 const MaxToken = 1<<53 - 1
 
 // writerWaits is the part of an exclusive acquire that found a key held
-// (v) by shared locks: it marks the key so that no new shared lock is
-// granted there, and the readers drain (a writer is not starved by readers
-// that come and go). It costs nothing when the key holds anything else.
+// (v) by shared locks: it marks the key (every such key of the lock) so
+// that no new shared lock is granted there, and the readers drain (a writer
+// is not starved by readers that come and go). The mark says until when, on
+// the node's clock: WriterWaitsFor (or the ttl, when shorter) from the
+// writer's last attempt, so that a writer that gave up holds new readers
+// off no longer than that. It costs a prefix test when the key holds
+// anything else.
 const writerWaits = `
-    if v == "` + SharedMarker + `" then redis.call("set", key, "` + SharedWriterWaits + `", "PX", math.max(redis.call("pttl", key), 1)) end
+    if string.sub(v, 1, 14) == "` + SharedMarker + `" then
+      local t = redis.call("time")
+      local until_ = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + math.min(tonumber(ARGV[2]), ` + writerWaitsForMs + `)
+      redis.call("set", key, "` + SharedWriterWaits + `" .. until_, "PX", math.max(redis.call("pttl", key), 1))
+    end
     `
+
+// WriterWaitsFor is how long an exclusive acquire's mark keeps new shared
+// locks out after its last attempt (see writerWaits), in milliseconds.
+const (
+	WriterWaitsFor   = 2000
+	writerWaitsForMs = "2000"
+)
 
 // The Lua scripts. KEYS are the resources; ARGV[1] is the lock's value and,
 // for acquire and extend, ARGV[2] the ttl in milliseconds. Each returns how
@@ -48,10 +63,12 @@ const (
 	// Setting the key again resets its ttl from this attempt's start, which
 	// is the start the expiration is counted from.
 	acquireSrc = `
+local held = false
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] then` + writerWaits + `return 0 end
+  if v and v ~= ARGV[1] then` + writerWaits + `held = true end
 end
+if held then return 0 end
 for _, key in ipairs(KEYS) do
   redis.call("set", key, ARGV[1], "PX", ARGV[2])
 end
@@ -109,11 +126,13 @@ return count
 	// be drawn), with nothing written.
 	fencedAcquireSrc = `
 local n = #KEYS / 2
+local held = false
 for i = 1, n do
   local key = KEYS[i]
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] then` + writerWaits + `return {0, 0} end
+  if v and v ~= ARGV[1] then` + writerWaits + `held = true end
 end
+if held then return {0, 0} end
 local top = 0
 for i = n + 1, #KEYS do
   local c = redis.call("get", KEYS[i])
@@ -358,11 +377,12 @@ func ReadRecord(res any) (rec Record, ok bool, err error) {
 // while it is held, so that an exclusive lock (whose acquire sees a value
 // that is not its own) waits for it, and a lock of another kind is told
 // apart. SharedWriterWaits is SharedMarker once an exclusive acquire found
-// it: no new shared lock is granted there until the readers have left.
+// it: no new shared lock is granted there until the readers have left, or
+// the writer stopped trying for WriterWaitsFor.
 const (
 	PermitsMarker     = "redlock:permits:" // + the number of permits
 	SharedMarker      = "redlock:shared"
-	SharedWriterWaits = "redlock:shared:w"
+	SharedWriterWaits = "redlock:shared:w:" // + until when, in ms of the node's clock
 	MixedKinds        = "ERR redlock: mixed kinds: "
 )
 
@@ -510,7 +530,9 @@ for i = 1, #KEYS, 2 do
     if string.sub(v, 1, 16) == "` + PermitsMarker + `" then
       return redis.error_reply("` + MixedKinds + `" .. KEYS[i] .. " is a semaphore of " .. string.sub(v, 17) .. " permits, not a shared lock")
     end
-    return 0
+    if string.sub(v, 1, 17) ~= "` + SharedWriterWaits + `" or (tonumber(string.sub(v, 18)) or 0) > now then
+      return 0 -- an exclusive lock, or a writer waiting
+    end
   end
 end
 local ttl = tonumber(ARGV[2])
@@ -518,7 +540,10 @@ for i = 1, #KEYS, 2 do
   redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
   redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
   if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
-  if redis.call("pttl", KEYS[i]) < ttl then redis.call("set", KEYS[i], "` + SharedMarker + `", "PX", ttl) end
+  local pt = redis.call("pttl", KEYS[i])
+  if pt < ttl or redis.call("get", KEYS[i]) ~= "` + SharedMarker + `" then
+    redis.call("set", KEYS[i], "` + SharedMarker + `", "PX", math.max(pt, ttl)) -- a writer's mark that lapsed goes
+  end
 end
 return #KEYS / 2
 `
@@ -529,7 +554,7 @@ return #KEYS / 2
 for i = 1, #KEYS, 2 do
   local v = redis.call("get", KEYS[i])
   local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
-  if not s or tonumber(s) <= now or (v ~= "` + SharedMarker + `" and v ~= "` + SharedWriterWaits + `") then return 0 end
+  if not s or tonumber(s) <= now or not v or string.sub(v, 1, 14) ~= "` + SharedMarker + `" then return 0 end
 end
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS, 2 do
@@ -557,7 +582,7 @@ for i = 1, #KEYS, 2 do
   redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
   if redis.call("zcard", KEYS[i + 1]) == 0 then
     local v = redis.call("get", KEYS[i])
-    if v == "` + SharedMarker + `" or v == "` + SharedWriterWaits + `" then
+    if v and string.sub(v, 1, 14) == "` + SharedMarker + `" then
       redis.call("del", KEYS[i])
       redis.pcall(ARGV[2], ARGV[3 + (i - 1) / 2], ARGV[1] .. KEYS[i])
     end
@@ -575,7 +600,7 @@ for i = 1, #KEYS, 2 do
   redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
   if redis.call("zcard", KEYS[i + 1]) == 0 then
     local v = redis.call("get", KEYS[i])
-    if v == "` + SharedMarker + `" or v == "` + SharedWriterWaits + `" then redis.call("del", KEYS[i]) end
+    if v and string.sub(v, 1, 14) == "` + SharedMarker + `" then redis.call("del", KEYS[i]) end
   end
 end
 return count
