@@ -168,8 +168,11 @@ func (e *extender) run(ctx context.Context) {
 				return
 			}
 			// Node failures used up a retry window, but the lock is still
-			// valid: try again after a retry delay, unless fn is done.
-			if !e.wait(retryDelay(e.cfg)) {
+			// valid: try again after a retry delay, unless fn is done. The
+			// delay ends at the lock's validity at the latest, when the
+			// next Extend finds it expired and fn is told at once (not a
+			// retry delay after the validity, while another may hold it).
+			if !e.wait(min(retryDelay(e.cfg), time.Until(e.lock.until()))) {
 				return
 			}
 		}

@@ -319,3 +319,32 @@ func TestUsingValidationAndAcquireFailure(t *testing.T) {
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
 }
+
+// When extensions keep failing on node errors (a majority partitioned),
+// fn's context ends at the lock's validity, not a retry delay after it
+// (when another may hold the lock). (Was: up to a retry delay late: with
+// one try per retry window, the extender slept a whole delay past the
+// validity; a helper's election harness counted the overlaps.)
+func TestUsingEndsFnAtTheValidityWhenExtensionsFail(t *testing.T) {
+	const delay = 800 * time.Millisecond
+	var validUntil atomic.Int64
+	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		if a.Won && a.Op == redlock.OpAcquire {
+			validUntil.Store(a.Stats.Start.Add(a.Validity).UnixNano())
+		}
+	}}
+	f := newProxied(t, 3, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithObserver(obs))
+	var ended time.Time
+	err := f.rl.Using(context.Background(), []string{"cut"}, time.Second, func(ctx context.Context) error {
+		f.Proxies[1].Set(redistest.Partition)
+		f.Proxies[2].Set(redistest.Partition)
+		<-ctx.Done()
+		ended = time.Now()
+		return context.Cause(ctx)
+	}, redlock.WithRetryCount(0), redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0))
+	assert.ErrorIs(t, err, redlock.ErrExtensionFailed)
+	until := time.Unix(0, validUntil.Load())
+	late := ended.Sub(until)
+	t.Logf("fn's context ended %v after the lock's validity (retry delay %v)", late.Round(time.Millisecond), delay)
+	assert.Less(t, late, delay/2, "fn's context ended a retry delay after the validity")
+}
