@@ -102,7 +102,9 @@ func (e *Election) ready(ctx context.Context) error {
 // [WithWakeOnRelease]), else after each retry delay. While the term lasts it
 // is extended as [Redlock.Using] extends its lock, by ttl whenever less than
 // the automatic extension threshold is left, and its context ends as soon
-// as an extension fails for good, before the lock's validity ends. The
+// as an extension finds the lock gone, or at the end of the lock's validity
+// when no extension got through (before its keys expire on the nodes, by
+// the drift allowance). The
 // term's context carries ctx's values, not its end (the campaign's ctx bounds
 // the wait, not the term), and the term's number as its fencing token
 // ([TokenFrom]). Resign the term when done (or use
@@ -271,7 +273,7 @@ func (t *Term) Number() uint64 {
 
 // Context returns the term's context. It ends when the term ends: resigned
 // (cause [ErrResigned]), lost (its lock could not be extended: cause
-// matching [ErrExtensionFailed], before the lock's validity ends), or the
+// matching [ErrExtensionFailed], by the end of the lock's validity), or the
 // Redlock closed (cause [ErrClosed]). It carries the values of Campaign's
 // ctx. A nil or zero Term, which never led, has a context that has ended.
 func (t *Term) Context() context.Context {
@@ -348,12 +350,6 @@ func (s *termSet) remove(t *Term) {
 	s.mu.Lock()
 	delete(s.live, t)
 	s.mu.Unlock()
-}
-
-func (s *termSet) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.shut
 }
 
 // done returns a channel closed by Close.

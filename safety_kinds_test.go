@@ -85,7 +85,6 @@ type kinds struct {
 	wg    sync.WaitGroup
 	stop  chan struct{}
 	errs  []error
-	mu    sync.Mutex
 }
 
 // startKinds starts the workers on h's proxies, each reached through a

@@ -129,6 +129,28 @@ func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
 
 func (h *harness) waitRestart() { <-h.restart }
 
+// process makes a Redlock as another process would have one: its own
+// clients, through the proxies, with the lock workers' options and opts.
+func (h *harness) process(opts ...redlock.Option) (*redlock.Redlock, []*redis.Client, error) {
+	var cs []redis.UniversalClient
+	var own []*redis.Client
+	for _, p := range h.Proxies {
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
+			ReadTimeout: time.Second, PoolSize: 4})
+		cs = append(cs, c)
+		own = append(own, c)
+	}
+	rl, err := redlock.New(cs, append([]redlock.Option{redlock.WithNodeTimeout(100 * time.Millisecond),
+		redlock.WithRetryCount(3), redlock.WithRetryDelay(5 * time.Millisecond), redlock.WithRetryJitter(5 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		for _, c := range own {
+			_ = c.Close()
+		}
+		return nil, nil, err
+	}
+	return rl, own, nil
+}
+
 // phaseStats are the figures of one phase.
 type phaseStats struct {
 	mu         sync.Mutex
@@ -141,6 +163,16 @@ type phaseStats struct {
 	tokenViol  int // fenced sections that started with a token at or below one that started before
 	handoffs   int
 	latencies  []time.Duration // of successful acquires
+
+	// The elections' (safety_election_test.go), by the phase a term began in.
+	terms         int             // terms granted
+	termOverlaps  int             // a leader entered fn while another's term was live
+	termOrder     int             // a leader entered with a term number at or below one that entered before
+	termsLost     int             // terms whose context ended with ErrExtensionFailed
+	cutOff        int             // leaders cut off from every node
+	cutNotEnded   int             // cut-off leaders whose term's context did not end within cutOffBound
+	lossMargins   []time.Duration // lost terms: their validity's end minus their context's end
+	successorGaps []time.Duration // after a lost term: the next term's start minus the lost one's context's end
 }
 
 // TestSafety runs W workers, each with its own Redlock and its own clients
@@ -150,6 +182,10 @@ type phaseStats struct {
 // It must count none. Half the workers lock with fencing tokens, and a token
 // witness counts fenced sections that start with a token at or below one
 // that started before them on the same resource. It must count none too.
+// Beside the workers, candidates in Redlocks of their own campaign for two
+// elections (safety_election_test.go): a witness counts two leaders of one
+// election at once, and terms that do not grow in the order their leaders
+// began. It must count neither.
 //
 //	go test -run TestSafety -count=1 . -safety.sections 20000 -safety.report /tmp/safety.txt
 func TestSafety(t *testing.T) {
@@ -157,17 +193,14 @@ func TestSafety(t *testing.T) {
 	h := &harness{Fixture: redistest.New(t, redistest.Setup{Nodes: safetyNodes, Proxied: true})}
 	rls := make([]*redlock.Redlock, safetyWorkers)
 	for w := range rls {
-		var cs []redis.UniversalClient
-		for _, p := range h.Proxies {
-			c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
-				ReadTimeout: time.Second, PoolSize: 4})
-			t.Cleanup(func() { _ = c.Close() })
-			cs = append(cs, c)
-		}
-		rl, err := redlock.New(cs, redlock.WithNodeTimeout(100*time.Millisecond),
-			redlock.WithRetryCount(3), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(5*time.Millisecond))
+		rl, cs, err := h.process()
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = rl.Close() })
+		t.Cleanup(func() {
+			_ = rl.Close()
+			for _, c := range cs {
+				_ = c.Close()
+			}
+		})
 		rls[w] = rl
 	}
 
@@ -275,6 +308,10 @@ func TestSafety(t *testing.T) {
 		}()
 	}
 
+	// The candidates of the elections run beside the workers, until they
+	// are done.
+	el := startElections(h, func() *phaseStats { return stats[current.Load()] })
+
 	// The fault schedule runs until the workers have done their sections.
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -285,6 +322,7 @@ func TestSafety(t *testing.T) {
 		if p.start != nil {
 			p.start(h)
 		}
+		el.phaseBegins(i)
 		timer := time.NewTimer(phaseLength)
 		finished := false
 		select {
@@ -305,6 +343,9 @@ func TestSafety(t *testing.T) {
 			break
 		}
 	}
+	for _, err := range el.stop() {
+		t.Error(err)
+	}
 
 	report := safetyTable(stats, target)
 	t.Log("\n" + report)
@@ -312,18 +353,34 @@ func TestSafety(t *testing.T) {
 		require.NoError(t, os.WriteFile(*safetyReport, []byte(report), 0o644))
 	}
 	violations, tokenViolations, fencedSections := 0, 0, 0
+	terms, overlaps, termOrder, lost, cutNotEnded := 0, 0, 0, 0, 0
 	for i, ps := range stats {
 		violations += ps.violations
 		tokenViolations += ps.tokenViol
 		fencedSections += ps.fenced
+		terms += ps.terms
+		overlaps += ps.termOverlaps
+		termOrder += ps.termOrder
+		lost += ps.termsLost
+		cutNotEnded += ps.cutNotEnded
 		if ps.sections == 0 && target >= 20000 {
 			t.Errorf("phase %q ran no critical section", schedule[i].name)
+		}
+		if ps.terms == 0 && target >= 20000 {
+			t.Errorf("phase %q granted no term", schedule[i].name)
 		}
 	}
 	assert.Zero(t, violations, "mutual-exclusion violations")
 	assert.Zero(t, tokenViolations, "fencing-token violations")
 	assert.Greater(t, fencedSections, target/4, "fenced critical sections")
 	assert.GreaterOrEqual(t, total.Load(), int64(target))
+	assert.Zero(t, overlaps, "leader overlaps (two leaders of one election at once)")
+	assert.Zero(t, termOrder, "term-order violations")
+	assert.Zero(t, cutNotEnded, "cut-off leaders whose term's context did not end within %v", cutOffBound)
+	if target >= 20000 {
+		assert.Greater(t, terms, target/100, "terms granted")
+		assert.NotZero(t, lost, "terms lost (the cut-off leaders')")
+	}
 }
 
 // safetyTable formats the figures as a Markdown table.
@@ -331,13 +388,16 @@ func safetyTable(stats []*phaseStats, target int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d nodes, %d workers (separate Redlocks, %d of them fenced), %d resources, ttl %v, node timeout 100ms, target %d sections\n\n",
 		safetyNodes, safetyWorkers, safetyWorkers/2, safetyKeys, safetyTTL, target)
-	b.WriteString("| fault phase | critical sections | violations | fenced sections | token violations | hand-offs | lost to contention | lost to faults | failed releases | acquire p50 | p99 | max |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "%d elections, %d candidates each (separate Redlocks; Lead or Campaign and Resign), term ttl %v, extension threshold %v; once a phase one leader is cut off from every node\n\n",
+		safetyElections, safetyCandidates, termTTL, termThreshold)
+	b.WriteString("| fault phase | critical sections | violations | fenced sections | token violations | hand-offs | lost to contention | lost to faults | failed releases | acquire p50 | p99 | max " +
+		"| terms | term overlaps | term-order violations | leaders cut off | terms lost |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var all phaseStats
 	for i, ps := range stats {
 		ps.mu.Lock()
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", schedule[i].name, ps.sections, ps.violations, ps.fenced, ps.tokenViol,
-			ps.handoffs, ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", schedule[i].name, ps.sections, ps.violations, ps.fenced, ps.tokenViol,
+			ps.handoffs, ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies), ps.terms, ps.termOverlaps, ps.termOrder, ps.cutOff, ps.termsLost)
 		all.sections += ps.sections
 		all.violations += ps.violations
 		all.fenced += ps.fenced
@@ -347,11 +407,35 @@ func safetyTable(stats []*phaseStats, target int) string {
 		all.failed += ps.failed
 		all.relFailed += ps.relFailed
 		all.latencies = append(all.latencies, ps.latencies...)
+		all.terms += ps.terms
+		all.termOverlaps += ps.termOverlaps
+		all.termOrder += ps.termOrder
+		all.termsLost += ps.termsLost
+		all.cutOff += ps.cutOff
+		all.cutNotEnded += ps.cutNotEnded
+		all.lossMargins = append(all.lossMargins, ps.lossMargins...)
+		all.successorGaps = append(all.successorGaps, ps.successorGaps...)
 		ps.mu.Unlock()
 	}
-	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", all.sections, all.violations, all.fenced, all.tokenViol,
-		all.handoffs, all.locked, all.failed, all.relFailed, percentiles(all.latencies))
+	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", all.sections, all.violations, all.fenced, all.tokenViol,
+		all.handoffs, all.locked, all.failed, all.relFailed, percentiles(all.latencies), all.terms, all.termOverlaps, all.termOrder, all.cutOff, all.termsLost)
+	fmt.Fprintf(&b, "\n%d leaders cut off from every node (%d whose term's context did not end within %v); %d terms lost.\n",
+		all.cutOff, all.cutNotEnded, cutOffBound, all.termsLost)
+	fmt.Fprintf(&b, "A lost term's context ended before its validity's end by (min | median | max): %s\n", spread(all.lossMargins))
+	fmt.Fprintf(&b, "The next term began after a lost term's context ended by (min | median | max): %s\n", spread(all.successorGaps))
 	return b.String()
+}
+
+// spread gives the least, median and greatest of ds (negative: the wrong
+// way round).
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "- | - | -"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	return fmt.Sprintf("%s | %s | %s", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
 }
 
 func percentiles(ds []time.Duration) string {

@@ -344,7 +344,7 @@ return 1
 // counter and its record: one resource.
 var (
 	ElectExtend = newScript(electExtendSrc)
-	Leader         = newScript(leaderSrc)
+	Leader      = newScript(leaderSrc)
 )
 
 // Record is a node's leader record, as leaderSrc answers it.
