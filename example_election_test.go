@@ -215,3 +215,92 @@ func ExampleWithShared() {
 	// a writer waits: true
 	// the writer, once they left: true
 }
+
+// An Election is a name over the nodes: every replica that uses the same
+// name takes part in the same election.
+func ExampleElection() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	election := rl.Election("scheduler")
+	fmt.Println(election.Name())
+	// Output:
+	// scheduler
+}
+
+// Name is the name the Election was made with.
+func ExampleElection_Name() {
+	clients, stop := exampleNodes(1)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	fmt.Println(rl.Election("outbox-relay").Name())
+	// Output:
+	// outbox-relay
+}
+
+// Leader is who leads, as Election.Leader and Observe report it.
+func ExampleLeader() {
+	l := redlock.Leader{ID: "pod-a", Term: 7}
+	fmt.Printf("%s leads in term %d\n", l.ID, l.Term)
+	// Output:
+	// pod-a leads in term 7
+}
+
+// ID is the name the candidate campaigned as.
+func ExampleTerm_ID() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	defer term.Resign(ctx)
+	fmt.Println(term.ID())
+	// Output:
+	// pod-a
+}
+
+// Number is the term's fencing token: every later term's is greater, so a
+// store that keeps the highest it has seen refuses a deposed leader.
+func ExampleTerm_Number() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	defer rl.Close()
+	ctx := context.Background()
+	election := rl.Election("cron")
+
+	var highest uint64 // the store's
+	write := func(term uint64) bool {
+		if term < highest {
+			return false
+		}
+		highest = term
+		return true
+	}
+	old, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
+	_ = old.Resign(ctx)
+	next, _ := election.Campaign(ctx, "pod-b", 10*time.Second)
+	defer next.Resign(ctx)
+	fmt.Println("pod-b writes:", write(next.Number()))
+	fmt.Println("pod-a, deposed, writes:", write(old.Number()))
+	// Output:
+	// pod-b writes: true
+	// pod-a, deposed, writes: false
+}
+
+// Context ends when the term does; the leader's work watches it.
+func ExampleTerm_Context() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+	rl, _ := redlock.New(clients)
+	ctx := context.Background()
+	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	_ = rl.Close() // resigns the term
+	<-term.Context().Done()
+	fmt.Println(errors.Is(context.Cause(term.Context()), redlock.ErrClosed))
+	// Output:
+	// true
+}
