@@ -125,7 +125,9 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	if p.freshValue {
 		// A fresh slice: the previous attempt's calls may still read theirs.
 		c.o.value = randomValue()
-		c.args = append([]any{c.o.value}, p.args[1:]...)
+		c.args = make([]any, len(p.args))
+		c.args[0] = c.o.value
+		copy(c.args[1:], p.args[1:])
 	}
 	c.tries++
 	began := time.Now()
