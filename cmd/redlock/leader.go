@@ -44,23 +44,9 @@ func leaderVerb(args []string, stdout, stderr io.Writer) int {
 	fs, c, asJSON, watch := leaderFlagSet(stderr)
 	short(fs, stderr)
 	// Flags may come after the name too (redlock leader x --json).
-	var names []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return exitUsage
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if rest[0] == "--" {
-			names = append(names, rest[1:]...)
-			break
-		}
-		names, rest = append(names, rest[0]), rest[1:]
+	names, code := parsePositional(fs, args)
+	if code >= 0 {
+		return code
 	}
 	switch {
 	case len(names) == 0:

@@ -67,23 +67,9 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 	fs, c, asJSON := statusFlagSet(stderr)
 	short(fs, stderr)
 	// Flags may come after the resources too (redlock status x --json).
-	var resources []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return exitUsage
-		}
-		rest = fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if rest[0] == "--" {
-			resources = append(resources, rest[1:]...)
-			break
-		}
-		resources, rest = append(resources, rest[0]), rest[1:]
+	resources, code := parsePositional(fs, args)
+	if code >= 0 {
+		return code
 	}
 	if len(resources) == 0 {
 		return usageError(fs, stderr, "no RESOURCE: name the resources to show")
@@ -160,7 +146,7 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printStatus(stdout, states)
 	}
-	code := 0
+	code = 0
 	if answered < len(nodes)/2+1 {
 		fmt.Fprintf(stderr, "redlock status: only %d of %d nodes answered, fewer than a quorum (%d): what is shown may not be the whole truth\n",
 			answered, len(nodes), len(nodes)/2+1)
@@ -301,4 +287,26 @@ func printStatus(w io.Writer, states []resourceState) {
 func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// parsePositional parses fs's flags anywhere among args, and returns the
+// other arguments (all of them after a "--"); code >= 0 when the
+// invocation ends here (help, or a bad flag, which fs has printed).
+func parsePositional(fs *flag.FlagSet, args []string) (positional []string, code int) {
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, 0
+			}
+			return nil, exitUsage
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			return positional, -1
+		}
+		if rest[0] == "--" {
+			return append(positional, rest[1:]...), -1
+		}
+		positional, rest = append(positional, rest[0]), rest[1:]
+	}
 }
