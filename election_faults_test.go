@@ -148,3 +148,30 @@ func TestCloseEndsAWaitingCampaign(t *testing.T) {
 	assert.Equal(t, "leader", l.ID)
 	require.NoError(t, leader.Resign(ctx))
 }
+
+// Observe reads the leader at least once a second when nothing is
+// announced: a term recorded on the nodes without an announcement (as a
+// node without pub/sub would have it) is seen by the poll.
+func TestObservePollsWithoutAnnouncements(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ch := f.rl.Election("quiet").Observe(ctx)
+	key := electionKey("quiet")
+	rec := "redlock:leader:{" + key + "}:" + key
+	time.Sleep(100 * time.Millisecond) // past Observe's first read
+	wrote := time.Now()
+	for _, p := range f.Peek { // no PUBLISH: only the poll can see it
+		require.NoError(t, p.Set(ctx, key, "0123456789abcdef0123456789abcdef", 10*time.Second).Err())
+		require.NoError(t, p.Set(ctx, rec, "0123456789abcdef0123456789abcdef:5:quiet-one", 0).Err())
+	}
+	select {
+	case l := <-ch:
+		assert.Equal(t, redlock.Leader{ID: "quiet-one", Term: 5}, l)
+		took := time.Since(wrote)
+		t.Logf("seen by the poll %v after it was written", took.Round(time.Millisecond))
+		assert.Less(t, took, 3*time.Second, "the poll runs at least once a second")
+	case <-ctx.Done():
+		t.Fatal("Observe never saw a term that was not announced")
+	}
+}
