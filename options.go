@@ -29,6 +29,9 @@ type config struct {
 	fencing            bool
 	permits            int       // WithPermits; 0 and 1: exclusive
 	shared             bool      // WithShared
+	handOver           int           // WithHandOver: local hand-overs in a row; 0: off
+	handOverWindow     time.Duration // WithHandOver: how long a chain of them may last
+	fair               bool          // WithFairQueue
 	ack                *lane.Ack // WithReplicaAck, WithAOFAck; nil: none
 	observer           *Observer // WithObserver; nil: none
 }
@@ -44,8 +47,17 @@ func defaultConfig() config {
 		nodeTimeout:        100 * time.Millisecond,
 		wake:               true,
 		permits:            1,
+		handOver:           defaultHandOver,
+		handOverWindow:     defaultHandOverWindow,
 	}
 }
+
+// The default bound of a chain of in-process hand-overs (WithHandOver).
+const (
+	defaultHandOver       = 16
+	defaultHandOverWindow = 100 * time.Millisecond
+	maxHandOver           = 1 << 20
+)
 
 // maxPermits bounds WithPermits: each acquire reads every permit key of
 // its resources on every node.
@@ -78,6 +90,10 @@ func (c *config) validate() error {
 		return invalid("%d permits is outside [1, %d] (WithPermits; 1 is the exclusive lock)", c.permits, maxPermits)
 	case c.permits > 1 && c.shared:
 		return invalid("WithPermits(%d) and WithShared(true) together: a lock is a semaphore or a shared lock, not both", c.permits)
+	case c.handOver < 0 || c.handOver > maxHandOver:
+		return invalid("%d hand-overs is outside [0, %d] (WithHandOver; 0 turns hand-over off)", c.handOver, maxHandOver)
+	case c.handOver > 0 && (c.handOverWindow <= 0 || c.handOverWindow > maxDuration):
+		return invalid("hand-over window %v is outside (0, %v] (WithHandOver)", c.handOverWindow, maxDuration)
 	case c.fencing && (c.permits > 1 || c.shared):
 		return invalid("WithFencing with a semaphore or a shared lock: a fencing token orders holders that exclude each other, " +
 			"and permits or shared locks are held side by side; fence the exclusive lock that writes")
@@ -332,4 +348,15 @@ func WithPermits(n int) Option {
 // Default: off.
 func WithShared(on bool) Option {
 	return func(c *config) { c.shared = on }
+}
+
+// WithHandOver sets how a Release hands the lock to a waiter of the same
+// Redlock instead of releasing it. TODO(27): full doc.
+func WithHandOver(max int, window time.Duration) Option {
+	return func(c *config) { c.handOver, c.handOverWindow = max, window }
+}
+
+// WithFairQueue sets whether waiters queue on the nodes. TODO(27): full doc.
+func WithFairQueue(on bool) Option {
+	return func(c *config) { c.fair = on }
 }
