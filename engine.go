@@ -25,6 +25,7 @@ type outcome struct {
 	value    string          // acquire: the successful attempt's value
 	token    uint64          // fenced acquire: the successful attempt's token
 	picks    string          // a semaphore's acquire: the permits of the successful attempt
+	handed   *handOff        // acquire: the lock a holder handed over, instead of a win
 	err      *ExecutionError
 }
 
@@ -76,19 +77,35 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// uncontended Acquire pays nothing; a release between that attempt and
 	// joining costs at most one retry delay.
 	c.waits = p.waits && cfg.wake && cfg.retryCount != 0
-	defer func() { r.wake.Leave(c.wt, c.o.win != nil) }()
+	defer func() {
+		if off := r.wake.Leave(c.wt, c.o.win != nil || c.o.handed != nil); off != nil {
+			r.disown(ctx, cfg, p, off.(*handOff)) // handed over as the call gave up
+		}
+		if p.queue != "" && c.o.win == nil && c.tries > 0 {
+			r.leave(ctx, cfg, p) // gave up: out of the queues
+		}
+	}()
 	// A call that may wait queues behind this Redlock's waiters for the same
 	// resources, when there are any, before its first attempt: trying at
 	// once would jump the queue, and could split the nodes with the head's
 	// attempt at the next release.
-	if c.waits {
-		if c.wt = r.wake.Join(p.res, true); c.wt != nil {
+	// A call of the fair queue takes its place in the nodes' queues
+	// instead, and joins the waiters at once: the release that hands it
+	// the lock may come before its first attempt has answered.
+	if c.waits && p.queue != "" {
+		c.wt = r.wake.Join(p.res, false, p.handTag, p.queue)
+	}
+	if c.waits && p.queue == "" {
+		if c.wt = r.wake.Join(p.res, true, p.handTag, p.queue); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
 		}
 	}
 	for i := 0; ; i++ {
+		if c.handedOver(p) {
+			return c.o
+		}
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
 			return c.fail(p, &ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
 		}
@@ -101,6 +118,9 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			return c.fail(p, e)
 		}
 		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
+			if c.handedOver(p) { // handed over during the last attempt
+				return c.o
+			}
 			return c.fail(p, c.last)
 		}
 		s := c.pause(p, len(st.VotesFor) > 0)
@@ -222,19 +242,34 @@ func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionErro
 // waiter took the rest).
 func (c *run) pause(p *plan, split bool) slept {
 	if c.wt == nil && c.waits {
-		c.wt = c.r.wake.Join(p.res, false)
+		c.wt = c.r.wake.Join(p.res, false, p.handTag, p.queue)
 	}
 	var s slept
 	paused := time.Now()
-	if p.freshValue && split {
-		s = sleepOrWakeSpread(c.ctx, retryDelay(c.cfg), c.wt.C())
+	d := retryDelay(c.cfg)
+	if p.queue != "" {
+		d = min(d, p.live/3) // keep the place in the queues
+	}
+	if p.freshValue && split && p.queue == "" {
+		s = sleepOrWakeSpread(c.ctx, d, c.wt.C())
 	} else {
-		s = sleepOrWake(c.ctx, retryDelay(c.cfg), c.wt.C())
+		s = sleepOrWake(c.ctx, d, c.wt.C())
 	}
 	if obs := c.cfg.observer; obs != nil && obs.Wait != nil {
 		safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
 	}
 	return s
+}
+
+// handedOver reports whether a holder handed the call its lock, and the
+// call took it (see handover.go).
+func (c *run) handedOver(p *plan) bool {
+	off, _ := c.r.wake.Take(c.wt).(*handOff)
+	if off == nil || !c.takeOver(p, off) {
+		return false
+	}
+	c.o.tries = c.tries
+	return true
 }
 
 // fail ends the call with e. A failed Acquire returns once its cleanup has

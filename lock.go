@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,9 +21,12 @@ type Lock struct {
 	cfg        *config // the options it was acquired with
 	resources  []string
 	value      string
-	token      uint64 // the fencing token; 0 when not fenced
+	ttl        time.Duration // the ttl it was acquired or extended with
+	token      uint64        // the fencing token; 0 when not fenced
 	kind       lockKind
-	picks      []any // a semaphore's: the permit held of each resource
+	picks      []any         // a semaphore's: the permit held of each resource
+	queue      string        // a fair lock's waiter id in the nodes' queues (WithFairQueue)
+	queueLive  time.Duration // and how long its place there lasts
 	expiration time.Time
 	attempts   []ExecutionStats
 	life       *lockLife // shared by every handle of the lock
@@ -47,20 +51,38 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error
 	}
 	cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, o.token, nil)
 	l := &Lock{
-		redlock:    r,
-		cfg:        cfg,
-		resources:  p.res,
-		value:      o.value,
-		token:      o.token,
-		kind:       kindOf(cfg),
-		picks:      parsePicks(o.picks),
-		expiration: o.win.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl)),
-		attempts:   o.attempts,
-		life:       &lockLife{},
+		redlock:   r,
+		cfg:       cfg,
+		resources: p.res,
+		value:     o.value,
+		ttl:       p.ttl,
+		token:     o.token,
+		kind:      kindOf(cfg),
+		picks:     parsePicks(o.picks),
+		queue:     p.queue,
+		queueLive: p.live,
+		attempts:  o.attempts,
+		life:      &lockLife{},
+	}
+	if h := o.handed; h != nil {
+		// Handed over: the releasing holder's expiration, and its chain.
+		l.expiration, l.life.granted = h.until, time.Now()
+		l.life.chain, l.life.since = h.chain, h.since
+	} else {
+		l.expiration = o.win.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
+		l.life.granted, l.life.since = o.win.Start, o.win.Start
 	}
 	l.life.until.Store(l.expiration.UnixNano())
-	l.life.granted = o.win.Start
 	return l, nil
+}
+
+// released ends a release that succeeded (or handed the lock over).
+func (r *Redlock) released(lock *Lock, cfg *config, res *ExecutionResult) *ExecutionResult {
+	lock.life.released.Store(true)
+	if obs := cfg.observer; obs != nil && obs.Released != nil {
+		safely(obs.Released, ReleasedInfo{Resources: lock.Resources(), Held: time.Since(lock.life.granted)})
+	}
+	return res
 }
 
 // until is the handle's expiration, cut short by a failed Extend.
@@ -84,8 +106,22 @@ type lockLife struct {
 	// release through an older handle counts from.
 	until atomic.Int64
 	// granted is when the lock was acquired (the successful attempt's
-	// start), for the observer's hold time. Set before the Lock is shared.
+	// start, or its hand-over), for the observer's hold time. Set before
+	// the Lock is shared.
 	granted time.Time
+	// chain is how many hand-overs in a row gave this holder the lock
+	// (0: granted by the nodes), and since when the nodes granted it. Set
+	// before the Lock is shared.
+	chain int
+	since time.Time
+	// mu orders the start of a release with the extensions in flight
+	// (extends), so that a lock is never handed over while an extension
+	// that may shorten it is out.
+	mu      sync.Mutex
+	extends int
+	// cut is the earliest cut of any handle (see Lock.cut), in Unix ns; 0
+	// when none.
+	cut atomic.Int64
 	// lost is set once the observer was told that the lock was lost: it
 	// is told once, whoever learns it (Extend, Using).
 	lost atomic.Bool
@@ -98,6 +134,49 @@ func (lf *lockLife) reportLost(ctx context.Context, cfg *config, resources []str
 		return
 	}
 	safely(obs.Lost, LostInfo{Ctx: ctx, Resources: append([]string(nil), resources...), Held: time.Since(lf.granted), Err: err})
+}
+
+// expiry is the lock's expiration as its holder knows it: the newest
+// handle's, or earlier when an Extend that failed may have shortened it.
+func (lf *lockLife) expiry() time.Time {
+	u := lf.until.Load()
+	if c := lf.cut.Load(); c != 0 && c < u {
+		u = c
+	}
+	return time.Unix(0, u)
+}
+
+// beginExtend counts an extension in flight, unless a release started.
+func (lf *lockLife) beginExtend() bool {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.releasing.Load() {
+		return false
+	}
+	lf.extends++
+	return true
+}
+
+// endExtend settles an extension that beginExtend counted; cut, when not
+// zero, is how far it may have shortened the lock (it failed).
+func (lf *lockLife) endExtend(cut int64) {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	lf.extends--
+	if cut != 0 {
+		if c := lf.cut.Load(); c == 0 || cut < c {
+			lf.cut.Store(cut)
+		}
+	}
+}
+
+// beginRelease marks the release started and reports whether an extension
+// is in flight.
+func (lf *lockLife) beginRelease() (extending bool) {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	lf.releasing.Store(true)
+	return lf.extends > 0
 }
 
 // extendedTo records a new handle's expiration.
@@ -206,6 +285,9 @@ func (l *Lock) extendPlan(ttl time.Duration) *plan {
 // releasePlan is the plan that releases l, counting until as its
 // expiration.
 func (l *Lock) releasePlan(until time.Time) *plan {
+	if l.queue != "" {
+		return fairReleasePlan(l.resources, l.value, l.queue, until, l.queueLive)
+	}
 	if l.kind.exclusive() {
 		return releasePlan(l.resources, l.value, until)
 	}

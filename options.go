@@ -27,13 +27,13 @@ type config struct {
 	onError            func(error)
 	wake               bool
 	fencing            bool
-	permits            int       // WithPermits; 0 and 1: exclusive
-	shared             bool      // WithShared
+	permits            int           // WithPermits; 0 and 1: exclusive
+	shared             bool          // WithShared
 	handOver           int           // WithHandOver: local hand-overs in a row; 0: off
 	handOverWindow     time.Duration // WithHandOver: how long a chain of them may last
 	fair               bool          // WithFairQueue
-	ack                *lane.Ack // WithReplicaAck, WithAOFAck; nil: none
-	observer           *Observer // WithObserver; nil: none
+	ack                *lane.Ack     // WithReplicaAck, WithAOFAck; nil: none
+	observer           *Observer     // WithObserver; nil: none
 }
 
 // defaultConfig holds every default, node-redlock's where it has one.
@@ -94,6 +94,9 @@ func (c *config) validate() error {
 		return invalid("%d hand-overs is outside [0, %d] (WithHandOver; 0 turns hand-over off)", c.handOver, maxHandOver)
 	case c.handOver > 0 && (c.handOverWindow <= 0 || c.handOverWindow > maxDuration):
 		return invalid("hand-over window %v is outside (0, %v] (WithHandOver)", c.handOverWindow, maxDuration)
+	case c.fair && (c.fencing || c.permits > 1 || c.shared):
+		return invalid("WithFairQueue with WithFencing, WithPermits or WithShared: the fair queue is for the plain exclusive lock; " +
+			"drop one of them (WithHandOver hands a fenced lock over within a process)")
 	case c.fencing && (c.permits > 1 || c.shared):
 		return invalid("WithFencing with a semaphore or a shared lock: a fencing token orders holders that exclude each other, " +
 			"and permits or shared locks are held side by side; fence the exclusive lock that writes")

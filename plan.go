@@ -50,6 +50,14 @@ type plan struct {
 	// waits lets the call wait for a release announcement between attempts
 	// (see WithWakeOnRelease).
 	waits bool
+	// handTag, when set, lets a holder of the same Redlock hand its lock
+	// to the waiting call (see handover.go).
+	handTag any
+	// queue is the waiter's id in the nodes' queues (WithFairQueue), and
+	// live how long it keeps its place there without asking again; "" for
+	// a call that does not queue.
+	queue string
+	live  time.Duration
 	// until is the existing lock's expiration (extend, release); zero for
 	// acquire.
 	until time.Time

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
@@ -84,7 +85,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	for i, c := range clients {
 		r.nodes[i] = lane.NewNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
 	}
-	r.wake = wake.New(announcers(r.nodes), valueLen)
+	r.wake = wake.New(announcers(r.nodes), valueLen, script.HandedPrefix)
 	return r, nil
 }
 
@@ -156,7 +157,10 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 		p = fencedAcquirePlan(keys, ttl)
 	case !k.exclusive():
 		p = kindAcquirePlan(k, keys, ttl)
+	case cfg.fair:
+		p = fairAcquirePlan(keys, ttl, cfg)
 	}
+	p.handTag = tagOf(cfg, ttl)
 	return r.grant(ctx, cfg, p)
 }
 
@@ -213,6 +217,9 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, spent("a release of the lock was attempted, so it may be gone")
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
+	case !lock.life.beginExtend(): // a release started meanwhile
+		lock.extending.Store(false)
+		return nil, spent("a release of the lock was attempted, so it may be gone")
 	}
 	p := lock.extendPlan(ttl)
 	p.acked = lock.cfg.ack != nil
@@ -225,6 +232,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		*out = o
 	}
 	if o.err != nil {
+		lock.life.endExtend(lock.cut.Load())
 		lock.extending.Store(false)
 		if errors.Is(o.err, ErrLockExpired) {
 			// Gone from a quorum, or its validity over: the lock is lost.
@@ -238,14 +246,18 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		cfg:        lock.cfg,
 		resources:  lock.resources,
 		value:      lock.value,
+		ttl:        ttl,
 		token:      lock.token,
 		kind:       lock.kind,
 		picks:      lock.picks,
+		queue:      lock.queue,
+		queueLive:  lock.queueLive,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       lock.life,
 	}
 	lock.life.extendedTo(nl.expiration)
+	lock.life.endExtend(0)
 	return nl, nil
 }
 
@@ -298,7 +310,10 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 	if life.released.Load() {
 		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
 	}
-	life.releasing.Store(true) // before anything is sent; see Valid
+	extending := life.beginRelease() // before anything is sent; see Valid
+	if r.handOver(lock, cfg, extending) {
+		return r.released(lock, cfg, &ExecutionResult{Start: time.Now(), HandedOver: true}), nil
+	}
 	ended := ctx.Err()
 	if ended != nil {
 		// One attempt all the same, bounded by the node timeout.
@@ -322,11 +337,7 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		}
 		return nil, o.err
 	}
-	life.released.Store(true)
-	if obs := cfg.observer; obs != nil && obs.Released != nil {
-		safely(obs.Released, ReleasedInfo{Resources: lock.Resources(), Held: time.Since(life.granted)})
-	}
-	return &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}, nil
+	return r.released(lock, cfg, &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}), nil
 }
 
 // closeWait is the least time Close waits for what is still in flight (two

@@ -52,6 +52,11 @@ type ExecutionResult struct {
 	// Attempts holds the statistics of each attempt (only the last one when
 	// retries are unlimited).
 	Attempts []ExecutionStats
-	// Start is when the successful attempt began.
+	// Start is when the successful attempt began, or when the lock was
+	// handed over.
 	Start time.Time
+	// HandedOver is set when the Release passed the lock to a waiting
+	// Acquire of the same Redlock instead of releasing it (see
+	// [WithHandOver]): nothing was sent, and Attempts is empty.
+	HandedOver bool
 }

@@ -126,7 +126,7 @@ func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
 // in (the leader records of elections, the permits of semaphores, the
 // readers of shared locks), or "".
 func reservedPrefix(res string) string {
-	for _, ns := range []string{script.LeaderPrefix, "redlock:permit:", "redlock:readers:"} {
+	for _, ns := range []string{script.LeaderPrefix, "redlock:permit:", "redlock:readers:", script.QueuePrefix, script.QueueLivePrefix} {
 		if strings.HasPrefix(res, ns) {
 			return ns
 		}

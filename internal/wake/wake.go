@@ -45,9 +45,10 @@ type Nodes interface {
 
 // New returns a Waker that opens nodes' subscriptions when the first waiter
 // comes. An announcement's payload is a value of valueLen bytes, then the
-// released resource.
-func New(nodes Nodes, valueLen int) *Waker {
-	return &Waker{nodes: nodes, skip: valueLen}
+// released resource; or handed, then the id (valueLen bytes) of the waiter
+// the resource was handed to, then the resource.
+func New(nodes Nodes, valueLen int, handed string) *Waker {
+	return &Waker{nodes: nodes, skip: valueLen, handed: handed}
 }
 
 // Waker wakes waiting Acquires when a resource they wait for is released.
@@ -66,7 +67,8 @@ func New(nodes Nodes, valueLen int) *Waker {
 // other members would fail anyway, since one of them gets the lock.
 type Waker struct {
 	nodes   Nodes
-	skip    int // an announcement is a value of this length, then the resource
+	skip    int    // an announcement is a value of this length, then the resource
+	handed  string // or this, then the id of the waiter handed the resource, then the resource
 	mu      sync.Mutex
 	closed  bool
 	ctx     context.Context // ends with Close
@@ -95,6 +97,10 @@ type group struct {
 type Waiter struct {
 	group *group
 	wake  chan struct{} // holds one pending wake
+	tag   any           // what a hand-over must match (see HandOver); nil: none
+	id    string        // its id in the nodes' queues (a fair queue), or ""
+
+	offer any // a hand-over for it, guarded by Waker.mu; nil: none
 }
 
 // groupID names a set of resources whatever their order.
@@ -117,15 +123,18 @@ func groupID(keys []string) string {
 // waiters wait for the same resources already (an Acquire about to make its
 // first attempt queues behind them); otherwise (an uncontended Acquire) it
 // does nothing and returns nil. The caller must call Leave with a non-nil
-// Waiter.
-func (w *Waker) Join(keys []string, queuedOnly bool) *Waiter {
+// Waiter. tag, when not nil (and comparable), lets HandOver pass the waiter
+// what a holder offers with an equal tag. id, when not empty, is the
+// waiter's id in the nodes' queues: an announcement that a resource was
+// handed to it wakes it (see New's handed).
+func (w *Waker) Join(keys []string, queuedOnly bool, tag any, id string) *Waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || queuedOnly && len(w.groups) == 0 {
 		return nil // closed, or no waiter at all: an uncontended Acquire pays no more
 	}
-	id := groupID(keys)
-	g := w.groups[id] // nil map before the first wait
+	gid := groupID(keys)
+	g := w.groups[gid] // nil map before the first wait
 	if queuedOnly && (g == nil || len(g.queue) == 0) {
 		return nil
 	}
@@ -133,8 +142,8 @@ func (w *Waker) Join(keys []string, queuedOnly bool) *Waiter {
 		w.start()
 	}
 	if g == nil {
-		g = &group{id: id, keys: keys}
-		w.groups[id] = g
+		g = &group{id: gid, keys: keys}
+		w.groups[gid] = g
 		for _, k := range keys {
 			if len(w.byKey[k]) == 0 {
 				w.watchKey(k)
@@ -142,19 +151,22 @@ func (w *Waker) Join(keys []string, queuedOnly bool) *Waiter {
 			w.byKey[k] = append(w.byKey[k], g)
 		}
 	}
-	wt := &Waiter{group: g, wake: make(chan struct{}, 1)}
+	wt := &Waiter{group: g, wake: make(chan struct{}, 1), tag: tag, id: id}
 	g.queue = append(g.queue, wt)
 	return wt
 }
 
 // Leave removes wt from its group. A head that leaves without the lock
 // (cancelled, out of retries) passes a wake on to the next in line: the wake
-// it may have taken must not be lost to the others. A nil wt is ignored.
-func (w *Waker) Leave(wt *Waiter, acquired bool) {
+// it may have taken must not be lost to the others. It returns the offer
+// handed to wt (HandOver) that wt did not Take, which the caller now owns
+// and must pass on or release; nil when none. A nil wt is ignored.
+func (w *Waker) Leave(wt *Waiter, acquired bool) (offer any) {
 	if wt == nil {
-		return
+		return nil
 	}
 	w.mu.Lock()
+	offer, wt.offer = wt.offer, nil
 	var stop []*redis.PubSub
 	defer func() {
 		w.mu.Unlock()
@@ -169,10 +181,10 @@ func (w *Waker) Leave(wt *Waiter, acquired bool) {
 		if i == 0 && !acquired {
 			g.queue[0].poke()
 		}
-		return
+		return offer
 	}
 	if w.groups[g.id] != g {
-		return // dropped by Close
+		return offer // dropped by Close
 	}
 	delete(w.groups, g.id)
 	for _, k := range g.keys {
@@ -191,6 +203,48 @@ func (w *Waker) Leave(wt *Waiter, acquired bool) {
 		}
 		delete(w.keySubs, k)
 	}
+	return offer
+}
+
+// HandOver passes offer to the longest waiter for keys (in any order) whose
+// tag equals tag and that has no offer yet: it leaves the queue at once
+// (a release announcement will not wake it again) and is woken to Take the
+// offer. It reports false when no such waiter waits, or the Waker is closed.
+func (w *Waker) HandOver(keys []string, tag, offer any) bool {
+	if tag == nil || offer == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(w.groups) == 0 {
+		return false
+	}
+	g := w.groups[groupID(keys)]
+	if g == nil {
+		return false
+	}
+	for i, wt := range g.queue {
+		if wt.offer == nil && wt.tag == tag {
+			g.queue = slices.Delete(g.queue, i, i+1)
+			wt.offer = offer
+			wt.poke()
+			return true
+		}
+	}
+	return false
+}
+
+// Take returns the offer handed to wt and clears it; nil when there is
+// none (or wt is nil).
+func (w *Waker) Take(wt *Waiter) any {
+	if wt == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	offer := wt.offer
+	wt.offer = nil
+	return offer
 }
 
 // start opens the shared subscriptions. Called with mu held.
@@ -296,6 +350,24 @@ func closeAll(subs []*redis.PubSub) {
 // resource an announcement names. (The cleanup of a failed attempt announces
 // nothing, so a waiter is never woken by its own.)
 func (w *Waker) notify(payload string) {
+	if h := len(w.handed); h > 0 && strings.HasPrefix(payload, w.handed) {
+		// Handed to a waiter: only it can take the resource.
+		if len(payload) <= h+w.skip {
+			return
+		}
+		id, key := payload[h:h+w.skip], payload[h+w.skip:]
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, g := range w.byKey[key] {
+			for _, wt := range g.queue {
+				if wt.id == id {
+					wt.poke()
+					return
+				}
+			}
+		}
+		return
+	}
 	if len(payload) <= w.skip {
 		return // not one of ours
 	}

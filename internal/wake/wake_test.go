@@ -58,13 +58,13 @@ func subscribed(t *testing.T, n *node, want int64) {
 // to be ours, wakes no one. Close wakes everyone and ends the subscription.
 func TestQueueAndWake(t *testing.T) {
 	n := &node{c: redistest.StartNode(t).Client()}
-	w := New(n, 4)
-	assert.Nil(t, w.Join([]string{"a"}, true), "no waiters: an uncontended call does not queue")
-	first := w.Join([]string{"a", "b"}, false)
-	second := w.Join([]string{"b", "a"}, false) // the same set, in another order
+	w := New(n, 4, "~")
+	assert.Nil(t, w.Join([]string{"a"}, true, nil, ""), "no waiters: an uncontended call does not queue")
+	first := w.Join([]string{"a", "b"}, false, nil, "")
+	second := w.Join([]string{"b", "a"}, false, nil, "") // the same set, in another order
 	require.NotNil(t, first)
 	subscribed(t, n, 1)
-	third := w.Join([]string{"a", "b"}, true)
+	third := w.Join([]string{"a", "b"}, true, nil, "")
 	assert.NotNil(t, third, "waiters: a new call queues behind them")
 	assert.Equal(t, 3, w.Queued([]string{"b", "a"}))
 	assert.Zero(t, w.Queued([]string{"a"}))
@@ -92,7 +92,7 @@ func TestQueueAndWake(t *testing.T) {
 		t.Fatal("a subscription goroutine is left")
 	}
 	subscribed(t, n, 0)
-	assert.Nil(t, w.Join([]string{"a"}, false), "closed")
+	assert.Nil(t, w.Join([]string{"a"}, false, nil, ""), "closed")
 	_, ok = w.Close()
 	assert.False(t, ok, "Close twice")
 }
@@ -102,8 +102,8 @@ func TestQueueAndWake(t *testing.T) {
 func TestSickNodeIsNotSubscribed(t *testing.T) {
 	n := &node{c: redistest.StartNode(t).Client()}
 	n.sick.Store(true)
-	w := New(n, 4)
-	wt := w.Join([]string{"a"}, false)
+	w := New(n, 4, "~")
+	wt := w.Join([]string{"a"}, false, nil, "")
 	time.Sleep(100 * time.Millisecond)
 	subscribed(t, n, 0)
 	n.sick.Store(false)
@@ -120,9 +120,9 @@ func TestSickNodeIsNotSubscribed(t *testing.T) {
 func TestPerKeySubscriptions(t *testing.T) {
 	srv := redistest.StartNode(t).Client()
 	k := &perKey{c: srv}
-	w := New(k, 4)
-	a := w.Join([]string{"a"}, false)
-	a2 := w.Join([]string{"a"}, false)
+	w := New(k, 4, "~")
+	a := w.Join([]string{"a"}, false, nil, "")
+	a2 := w.Join([]string{"a"}, false, nil, "")
 	count := func() int64 {
 		m, err := srv.PubSubNumSub(context.Background(), "rel:a").Result()
 		require.NoError(t, err)

@@ -1,0 +1,212 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+)
+
+// fairQueue is the key of resource key's queue (a resource without a hash
+// tag is its own).
+func fairQueue(key string) string { return "redlock:queue:{" + key + "}:" + key }
+
+// queuedOnNodes waits until key's queue holds n waiters on every node.
+func queuedOnNodes(t *testing.T, f *fixture, key string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, p := range f.Peek {
+			if p.ZCard(context.Background(), fairQueue(key)).Val() != n {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "%d waiters queued for %s on every node", n, key)
+}
+
+// Waiters in other processes (Redlocks with clients of their own) get the
+// lock in the order they began waiting, each handed it by the release
+// before. Their retry delay is an hour: the hand-over's announcement wakes
+// them.
+func TestFairQueueOrder(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "fifo"
+	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
+	require.NoError(t, err)
+	const n = 4
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	locks := make(chan *redlock.Lock, n)
+	for i := range n {
+		other, _ := candidate(t, f, redlock.WithFairQueue(true))
+		spawn(&wg, func() {
+			got, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			locks <- got
+		})
+		queuedOnNodes(t, f, key, int64(i+1))
+	}
+	for range n {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+		select {
+		case l = <-locks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the head of the queue did not get the lock")
+		}
+	}
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3}, order, "first come, first served")
+	require.Eventually(t, func() bool {
+		for _, p := range f.Peek {
+			if p.Exists(ctx, key).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, time.Second, time.Millisecond, "with no one queued, the last release deletes the key")
+}
+
+// A waiter that vanished (its process killed) leaves the queue within its
+// liveness: the lock handed to it is given to the next waiter about a
+// liveness and a third later.
+func TestFairQueueDeadHead(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "dead"
+	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
+	require.NoError(t, err)
+	// A waiter that began waiting long ago, and will never ask again.
+	ghost := "0123456789abcdef0123456789abcdef"
+	for _, p := range f.Peek {
+		now := time.Now().UnixMilli()
+		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: float64(now - 60000), Member: ghost}).Err())
+		require.NoError(t, p.ZAdd(ctx, "redlock:qlive:{"+key+"}:"+key, redis.Z{Score: float64(now + 1000), Member: ghost}).Err())
+	}
+	other, _ := candidate(t, f, redlock.WithFairQueue(true))
+	got := make(chan acquired, 1)
+	go func() {
+		nl, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+		got <- acquired{nl, err}
+	}()
+	queuedOnNodes(t, f, key, 2)
+	released := time.Now()
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{ghost, ghost, ghost}, f.holders(t, key), "handed to the head of the queue")
+	select {
+	case g := <-got:
+		require.NoError(t, g.err)
+		took := time.Since(released)
+		assert.Less(t, took, 2*time.Second, "the dead head held it up for its liveness (1s) and a third at most")
+		t.Logf("the next waiter got the lock %v after the release to a dead head", took)
+		_, err = g.l.Release(ctx)
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a dead head blocked the queue")
+	}
+}
+
+// A waiter that gives up (its ctx ends) leaves every queue at once, and a
+// plain (unfair) Acquire, node-redlock's included, cannot take a resource
+// handed to a waiter.
+func TestFairQueueGiveUpAndInterop(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "leave"
+	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
+	require.NoError(t, err)
+	other, _ := candidate(t, f, redlock.WithFairQueue(true))
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.Acquire(cctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1))
+		done <- err
+	}()
+	queuedOnNodes(t, f, key, 1)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	queuedOnNodes(t, f, key, 0)
+
+	// Handed to a waiter, the key is out of a plain Acquire's reach.
+	waiter, _ := candidate(t, f, redlock.WithFairQueue(true))
+	got := make(chan acquired, 1)
+	go func() {
+		nl, err := waiter.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+		got <- acquired{nl, err}
+	}()
+	queuedOnNodes(t, f, key, 1)
+	plain, _ := candidate(t, f)
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	_, err = plain.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(0))
+	if err == nil {
+		t.Log("the waiter took it first") // it is woken by the same release
+	}
+	g := <-got
+	require.NoError(t, g.err)
+	if err == nil {
+		t.Fatal("a plain Acquire and the waiter both got the lock")
+	}
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	_, err = g.l.Release(ctx)
+	require.NoError(t, err)
+}
+
+// Across Redlocks (processes), the fair queue keeps mutual exclusion, and
+// every waiter is served: 4 Redlocks × 2 goroutines on one key.
+func TestFairQueueContended(t *testing.T) {
+	f := newNodes(t, 5, redlock.WithFairQueue(true))
+	var inside, violations, grants atomic.Int32
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	per := make([]atomic.Int32, 8)
+	for p := range 4 {
+		rl, _ := candidate(t, f, redlock.WithFairQueue(true))
+		for g := range 2 {
+			spawn(&wg, func() {
+				for time.Now().Before(deadline) {
+					l, err := rl.Acquire(context.Background(), []string{"fc"}, 10*time.Second, redlock.WithRetryCount(-1))
+					if !assert.NoError(t, err) {
+						return
+					}
+					grants.Add(1)
+					per[2*p+g].Add(1)
+					if inside.Add(1) > 1 {
+						violations.Add(1)
+					}
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					_, err = l.Release(context.Background())
+					assert.NoError(t, err)
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.Zero(t, violations.Load())
+	var counts []int32
+	for i := range per {
+		counts = append(counts, per[i].Load())
+		assert.Positive(t, per[i].Load(), "waiter %d was served", i)
+	}
+	t.Logf("%d grants, per waiter %v", grants.Load(), fmt.Sprint(counts))
+}

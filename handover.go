@@ -1,0 +1,116 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
+)
+
+// Hand-over in one process (WithHandOver): a Release while an Acquire of
+// the same Redlock waits for the same resources, with the same options,
+// passes the lock to it instead of deleting it. Nothing is sent: the nodes
+// keep the lock's value, which becomes the waiter's, and the waiter's Lock
+// expires when the releasing holder's would have. So mutual exclusion is
+// the Redlock argument unchanged (the nodes hold one value, which one holder
+// at a time believes its own), and validity is the releasing holder's (never
+// longer than every node of its quorum keeps the keys). A fenced lock draws
+// a new token before the waiter runs: the token + 1, written to a quorum of
+// nodes that still hold the value (script.WriteBack), one round trip.
+//
+// A chain of hand-overs is bounded (WithHandOver's max and window, counted
+// from the last grant by the nodes), after which the lock is released for
+// real, so that other processes' waiters get their turn; so is a lock with
+// less than half its ttl left, or with an extension in flight.
+
+// handOff is a lock passed from a releasing holder to a waiter.
+type handOff struct {
+	value string
+	token uint64
+	until time.Time // the lock's expiration, by the releasing holder's account
+	chain int       // hand-overs since the nodes granted the lock, this one included
+	since time.Time // when the nodes granted it
+}
+
+// handTag is what a waiter and a holder must share for a hand-over: the
+// same ttl, fencing and acknowledgement.
+type handTag struct {
+	ttl    time.Duration
+	fenced bool
+	ack    lane.Ack
+	acked  bool
+}
+
+// tagOf returns the hand-over tag of an exclusive lock of ttl under cfg, or
+// nil when cfg does not hand over.
+func tagOf(cfg *config, ttl time.Duration) any {
+	if cfg.handOver == 0 || !cfg.wake || cfg.fair || !kindOf(cfg).exclusive() {
+		return nil
+	}
+	t := handTag{ttl: ttl, fenced: cfg.fencing}
+	if cfg.ack != nil {
+		t.ack, t.acked = *cfg.ack, true
+	}
+	return t
+}
+
+// handOver passes lock to a waiter of r when cfg (the release's options)
+// allows it, the lock has at least half its ttl left, no extension of it is
+// in flight, and its chain is within bounds. It is called with the release
+// started (life.releasing set) and reports whether the lock was handed over;
+// then lock is released as far as its holder is concerned.
+func (r *Redlock) handOver(lock *Lock, cfg *config, extending bool) bool {
+	life := lock.life
+	if extending || cfg.handOver == 0 || cfg.fair || lock.ttl == 0 {
+		return false
+	}
+	tag := tagOf(lock.cfg, lock.ttl)
+	if tag == nil {
+		return false
+	}
+	now := time.Now()
+	until := life.expiry()
+	if until.Sub(now) < lock.ttl/2 || life.chain >= cfg.handOver || now.Sub(life.since) >= cfg.handOverWindow {
+		return false
+	}
+	off := &handOff{value: lock.value, token: lock.token, until: until, chain: life.chain + 1, since: life.since}
+	return r.wake.HandOver(lock.resources, tag, off)
+}
+
+// takeOver makes the waiter's outcome from a hand-over: for a fenced lock,
+// after its new token reached a quorum. It reports false when the lock
+// could not be taken (its token not written in time), after releasing it.
+func (c *run) takeOver(p *plan, off *handOff) bool {
+	if p.fenced {
+		token := off.token + 1
+		wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{off.value, strconv.FormatUint(token, 10)}, acked: p.acked}
+		timeout := min(c.cfg.nodeTimeout, time.Until(off.until).Truncate(time.Millisecond))
+		if timeout <= 0 {
+			c.r.disown(c.ctx, c.cfg, p, off)
+			return false
+		}
+		st, _ := c.r.attempt(c.ctx, c.cfg, wb, wb.args, nil, timeout)
+		if len(st.VotesFor) < c.r.needed() || !time.Now().Before(off.until) {
+			c.r.disown(c.ctx, c.cfg, p, off)
+			return false
+		}
+		off.token = token
+	}
+	c.o.value, c.o.token, c.o.handed = off.value, off.token, off
+	return true
+}
+
+// disown deals with a hand-over that its waiter cannot take (it gave up,
+// or its token was not written): it goes to another waiter, or is released.
+func (r *Redlock) disown(ctx context.Context, cfg *config, p *plan, off *handOff) {
+	if time.Until(off.until) >= p.ttl/2 && r.wake.HandOver(p.res, p.handTag, off) {
+		return
+	}
+	one := *cfg
+	one.retryCount = 0
+	rp := releasePlan(p.res, off.value, off.until)
+	rp.acked = p.acked
+	r.execute(context.WithoutCancel(ctx), &one, rp)
+}

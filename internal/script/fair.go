@@ -1,0 +1,121 @@
+package script
+
+// The fair queue (redlock's WithFairQueue): the waiters of a resource queue
+// on each node in one order, and a release hands the resource to the head.
+//
+// KEYS are the resources, then their queues, then their queues' deadlines
+// (3 per resource). A queue is a sorted set of waiter ids scored by the
+// time the waiter began waiting, on its own clock (ARGV): every node
+// orders two waiters the same way (by score, then id), so every node agrees
+// on the head of those it has. The deadlines are a sorted set of the same
+// ids scored by when each leaves the queue unless it asks again (its
+// liveness, on the node's clock): a waiter that vanished leaves within it.
+// Both expire when no waiter asked for twice that long.
+
+// HandedPrefix starts a release announcement that names the waiter the
+// resource was handed to: "~" + waiter id + resource.
+const HandedPrefix = "~"
+
+// QueuePrefix and QueueLivePrefix start the names of a resource's queue
+// and of its deadlines.
+const (
+	QueuePrefix     = "redlock:queue:"
+	QueueLivePrefix = "redlock:qlive:"
+)
+
+// fairNow is the node's time in milliseconds; fairPurge drops, from the
+// queue q and its deadlines d, the waiters whose deadline has passed.
+const (
+	fairNow = `local t = redis.call("time")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+	fairPurge = `
+local function purge(q, d)
+  local gone = redis.call("zrangebyscore", d, "-inf", "(" .. now)
+  if #gone > 0 then
+    for _, m in ipairs(gone) do redis.call("zrem", q, m) end
+    redis.call("zremrangebyscore", d, "-inf", "(" .. now)
+  end
+end
+`
+)
+
+const (
+	// fairAcquireSrc: ARGV[1] is the attempt's value, ARGV[2] the ttl in
+	// ms, ARGV[3] the waiter's id, ARGV[4] when it began waiting (ms, its
+	// clock), ARGV[5] its liveness in ms. Each resource must be free with
+	// the waiter at the head of its queue (or no queue), or hold the
+	// waiter's id (handed to it), or this attempt's value (a resend). Then
+	// it is taken as acquireSrc does, and the waiter stays queued until its
+	// lock's release (so that a failed attempt's cleanup, which frees the
+	// key, keeps its place). Otherwise the waiter is queued, or its
+	// deadline renewed, on every resource, and nothing else is written.
+	fairAcquireSrc = fairNow + fairPurge + `
+local n = #KEYS / 3
+local held = false
+for i = 1, n do
+  local key, q = KEYS[i], KEYS[n + i]
+  purge(q, KEYS[2 * n + i])
+  local v = redis.call("get", key)
+  if v then
+    if v ~= ARGV[1] and v ~= ARGV[3] then` + writerWaits + `held = true end
+  else
+    local head = redis.call("zrange", q, 0, 0)[1]
+    if head and head ~= ARGV[3] then held = true end
+  end
+end
+if not held then
+  for i = 1, n do
+    redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+  end
+  return n
+end
+local live = tonumber(ARGV[5])
+for i = 1, n do
+  local q, d = KEYS[n + i], KEYS[2 * n + i]
+  redis.call("zadd", q, "NX", ARGV[4], ARGV[3])
+  redis.call("zadd", d, now + live, ARGV[3])
+  redis.call("pexpire", q, 2 * live)
+  redis.call("pexpire", d, 2 * live)
+end
+return 0
+`
+
+	// fairReleaseSrc releases a lock of the fair queue, or a waiter that
+	// gives up: ARGV[1] is the value (or the waiter's id), ARGV[2] the
+	// waiter's id, which leaves the queues, ARGV[3] how long a head handed
+	// a resource has to claim it (ms), then the announcement's command and
+	// a channel per resource. Each resource that holds ARGV[1], or the
+	// waiter's id (handed to it on a node that its winning attempt reached
+	// too early), goes to the head of its queue, announced as HandedPrefix + head + resource; with
+	// no one queued it is deleted, and announced as releaseSrc does.
+	fairReleaseSrc = fairNow + fairPurge + `
+local n = #KEYS / 3
+local count = 0
+for i = 1, n do
+  local key, q, d = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
+  redis.call("zrem", q, ARGV[2])
+  redis.call("zrem", d, ARGV[2])
+  local v = redis.call("get", key)
+  if v and (v == ARGV[1] or v == ARGV[2]) then
+    purge(q, d)
+    local head = redis.call("zrange", q, 0, 0)[1]
+    if head then
+      redis.call("set", key, head, "PX", ARGV[3])
+      redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. head .. key) -- a node without pub/sub still releases
+    else
+      redis.call("del", key)
+      redis.pcall(ARGV[4], ARGV[4 + i], ARGV[1] .. key)
+    end
+    count = count + 1
+  end
+end
+return count
+`
+)
+
+// The scripts of the fair queue.
+var (
+	FairAcquire = newScript(fairAcquireSrc)
+	FairRelease = &Script{Src: fairReleaseSrc, Hash: newScript(fairReleaseSrc).Hash, Announces: true}
+)
