@@ -27,26 +27,23 @@ type locker interface {
 	Lock(ctx context.Context, key string, ttl time.Duration, wait bool) (func(context.Context) error, error)
 }
 
-// redlockLocker is this library, with its defaults.
+// redlockLocker is this library, with its defaults and the options of its
+// row.
 type redlockLocker struct{ rl *redlock.Redlock }
 
-func newRedlock(clients []redis.UniversalClient) locker {
-	rl, err := redlock.New(clients)
-	if err != nil {
-		panic(err)
+// newRedlock returns the maker of a Redlock with opts.
+func newRedlock(opts ...redlock.Option) func([]redis.UniversalClient) locker {
+	return func(clients []redis.UniversalClient) locker {
+		rl, err := redlock.New(clients, opts...)
+		if err != nil {
+			panic(err)
+		}
+		return redlockLocker{rl}
 	}
-	return redlockLocker{rl}
 }
 
-// newFencedRedlock is this library with fencing tokens (WithFencing): one
-// more round trip per Acquire.
-func newFencedRedlock(clients []redis.UniversalClient) locker {
-	rl, err := redlock.New(clients, redlock.WithFencing(true))
-	if err != nil {
-		panic(err)
-	}
-	return redlockLocker{rl}
-}
+// Close closes the Redlock: a cross-process child does before it exits.
+func (l redlockLocker) Close() error { return l.rl.Close() }
 
 func (l redlockLocker) Lock(ctx context.Context, key string, ttl time.Duration, wait bool) (func(context.Context) error, error) {
 	var opts []redlock.Option
