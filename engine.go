@@ -50,6 +50,9 @@ type run struct {
 	waits    bool            // the call may wait for a release announcement
 	wt       *wake.Waiter    // its place among the waiters, once it waits
 	window   time.Time       // free wakes end here
+	// queuedAt is, per node, the start of the last attempt that the node
+	// answered "queued" (a fair queue's call on one resource; see fair.go).
+	queuedAt []time.Time
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -81,7 +84,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if off := r.wake.Leave(c.wt, c.o.win != nil || c.o.handed != nil); off != nil {
 			r.disown(ctx, cfg, p, off.(*handOff)) // handed over as the call gave up
 		}
-		if p.queue != "" && c.o.win == nil && c.tries > 0 {
+		if p.queue != "" && c.o.win == nil && c.o.handed == nil && c.tries > 0 {
 			r.leave(ctx, cfg, p) // gave up: out of the queues
 		}
 	}()
@@ -93,17 +96,17 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// instead, and joins the waiters at once: the release that hands it
 	// the lock may come before its first attempt has answered.
 	if c.waits && p.queue != "" {
-		c.wt = r.wake.Join(p.res, false, p.handTag, p.queue)
+		c.wt = r.wake.Join(p.res, false, p.handTag, p.waiterID())
 	}
 	if c.waits && p.queue == "" {
-		if c.wt = r.wake.Join(p.res, true, p.handTag, p.queue); c.wt != nil {
+		if c.wt = r.wake.Join(p.res, true, p.handTag, p.waiterID()); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
 		}
 	}
 	for i := 0; ; i++ {
-		if c.handedOver(p) {
+		if c.handedOver(p) || c.handedByNodes(p) {
 			return c.o
 		}
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
@@ -114,6 +117,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
 			return c.o
 		}
+		c.queued(p, st)
 		if e := c.judge(p, st, as); e != nil {
 			return c.fail(p, e)
 		}
@@ -242,7 +246,7 @@ func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionErro
 // waiter took the rest).
 func (c *run) pause(p *plan, split bool) slept {
 	if c.wt == nil && c.waits {
-		c.wt = c.r.wake.Join(p.res, false, p.handTag, p.queue)
+		c.wt = c.r.wake.Join(p.res, false, p.handTag, p.waiterID())
 	}
 	var s slept
 	paused := time.Now()

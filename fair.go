@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
@@ -54,28 +56,125 @@ func fairKeys(resources []string) []string {
 func fairLive(cfg *config) time.Duration { return max(time.Second, 5*cfg.nodeTimeout) }
 
 // fairAcquirePlan locks resources for ttl through the fair queue, as a
-// waiter with a new id that began waiting now.
+// waiter with a new id that began waiting now. Its place in the queues is
+// "id:ttl" (see internal/script's fair.go).
 func fairAcquirePlan(resources []string, ttl time.Duration, cfg *config) *plan {
 	p := acquirePlan(resources, ttl)
-	p.queue, p.live = randomValue(), fairLive(cfg)
+	id := randomValue()
+	p.queue, p.live = id+":"+strconv.FormatInt(int64(ttl/time.Millisecond), 10), fairLive(cfg)
 	p.s, p.keys = script.FairAcquire, fairKeys(resources)
-	p.args = []any{nil, int64(ttl / time.Millisecond), p.queue, time.Now().UnixMilli(), p.live.Milliseconds()}
+	p.args = []any{nil, int64(ttl / time.Millisecond), p.queue, time.Now().UnixMilli(), p.live.Milliseconds(), id}
 	return p
 }
 
-// fairReleasePlan releases a lock of the fair queue, whose waiter's id is
-// queue: each resource goes to the head of its queue.
-func fairReleasePlan(resources []string, value, queue string, until time.Time, live time.Duration) *plan {
+// queueID is the id of the waiter whose place in the queues is member.
+func queueID(member string) string { return member[:valueLen] }
+
+// fairExtendPlan extends a lock of the fair queue: its resources hold its
+// value, or its waiter's id (handed to it).
+func fairExtendPlan(resources []string, value, member string, until time.Time, ttl time.Duration) *plan {
+	p := extendPlan(resources, value, until, ttl)
+	p.s = script.FairExtend
+	p.args = append(p.args, queueID(member))
+	return p
+}
+
+// fairReleasePlan releases a lock of the fair queue, whose waiter's place
+// in the queues is member: each resource goes to the head of its queue.
+func fairReleasePlan(resources []string, value, member string, until time.Time) *plan {
 	p := releasePlan(resources, value, until)
 	p.s, p.keys = script.FairRelease, fairKeys(resources)
-	p.args = []any{value, queue, live.Milliseconds()}
+	p.args = []any{value, member, queueID(member)}
 	return p
 }
 
 // leave takes a waiter that gave up out of the queues, and hands on what
 // was handed to it: one attempt on every node, within the node timeout.
 func (r *Redlock) leave(ctx context.Context, cfg *config, p *plan) {
-	lp := fairReleasePlan(p.res, p.queue, p.queue, time.Time{}, p.live)
+	lp := fairReleasePlan(p.res, queueID(p.queue), p.queue, time.Time{})
 	lp.acked = p.acked
 	r.attempt(context.WithoutCancel(ctx), cfg, lp, lp.args, nil, cfg.nodeTimeout)
+}
+
+// waiterID is the call's id in the nodes' queues, or "" when it does not
+// queue there.
+func (p *plan) waiterID() string {
+	if p.queue == "" {
+		return ""
+	}
+	return queueID(p.queue)
+}
+
+// A waiter of the fair queue for one resource learns that it holds the lock
+// from the announcements of the releases that handed it the resource, with
+// no round trip of its own: once a quorum of nodes announced it. A node
+// hands the resource over at a time the waiter does not know, with the
+// waiter's whole ttl, but after the node answered the waiter's last attempt
+// before it with "queued" (else that attempt would have found the resource
+// held by the waiter's id, and voted for). So the waiter counts its
+// validity from the start of that attempt, on each node of its quorum: it
+// may lose the time it waited since (at most a third of its liveness, when
+// it waits without being woken), never count time that the node does not.
+// With less than half the ttl left so counted, it makes an attempt, which
+// resets the ttl from its own start. A call on several resources always
+// makes that attempt: a node may answer "queued" for one resource while
+// another is already handed to it.
+
+// queued records which nodes answered attempt st with "queued".
+func (c *run) queued(p *plan, st ExecutionStats) {
+	if p.queue == "" || len(p.res) != 1 {
+		return
+	}
+	if c.queuedAt == nil {
+		c.queuedAt = make([]time.Time, c.r.size())
+	}
+	for _, v := range st.VotesAgainst {
+		if isLocked(v.Err) && v.Op == p.op {
+			c.queuedAt[v.Node] = st.Start
+		}
+	}
+}
+
+// handedGrace is how long a waiter that heard some nodes hand it the
+// resource waits for a quorum of them to say so, before it makes an attempt.
+const handedGrace = 5 * time.Millisecond
+
+// handedByNodes reports whether a quorum of nodes handed the waiting call
+// its resource, with at least half its ttl left by the count above; then
+// the call holds the lock, under its waiter's id.
+func (c *run) handedByNodes(p *plan) bool {
+	if c.queuedAt == nil || c.wt == nil {
+		return false
+	}
+	q := c.r.needed()
+	bounds := func() []time.Time {
+		var out []time.Time
+		for _, i := range c.r.wake.Handed(c.wt) {
+			if t := c.queuedAt[i]; !t.IsZero() {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	b := bounds()
+	if len(b) == 0 {
+		return false
+	}
+	// The other nodes' announcements are on their way.
+	for grace := time.Now().Add(min(handedGrace, c.cfg.nodeTimeout/2)); len(b) < q && time.Now().Before(grace); b = bounds() {
+		if !sleepOrWake(c.ctx, time.Until(grace), c.wt.C()).alive {
+			return false
+		}
+	}
+	if len(b) < q {
+		return false
+	}
+	slices.SortFunc(b, func(x, y time.Time) int { return y.Compare(x) }) // latest first
+	until := b[q-1].Add(p.ttl - c.d)
+	if time.Until(until) < p.ttl/2 {
+		return false
+	}
+	id := queueID(p.queue)
+	c.o.value, c.o.handed, c.o.tries = id, &handOff{value: id, until: until, since: time.Now()}, c.tries
+	return true
 }

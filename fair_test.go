@@ -84,9 +84,9 @@ func TestFairQueueOrder(t *testing.T) {
 	}, time.Second, time.Millisecond, "with no one queued, the last release deletes the key")
 }
 
-// A waiter that vanished (its process killed) leaves the queue within its
-// liveness: the lock handed to it is given to the next waiter about a
-// liveness and a third later.
+// A waiter that vanished (its process killed) and is handed the lock holds
+// it up for its ttl (as a holder that vanished does), then leaves the
+// queue: its liveness ran out. The ghost here asked for 1s.
 func TestFairQueueDeadHead(t *testing.T) {
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
@@ -97,8 +97,8 @@ func TestFairQueueDeadHead(t *testing.T) {
 	ghost := "0123456789abcdef0123456789abcdef"
 	for _, p := range f.Peek {
 		now := time.Now().UnixMilli()
-		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: float64(now - 60000), Member: ghost}).Err())
-		require.NoError(t, p.ZAdd(ctx, "redlock:qlive:{"+key+"}:"+key, redis.Z{Score: float64(now + 1000), Member: ghost}).Err())
+		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: float64(now - 60000), Member: ghost + ":1000"}).Err())
+		require.NoError(t, p.ZAdd(ctx, "redlock:qlive:{"+key+"}:"+key, redis.Z{Score: float64(now + 1000), Member: ghost + ":1000"}).Err())
 	}
 	other, _ := candidate(t, f, redlock.WithFairQueue(true))
 	got := make(chan acquired, 1)
@@ -115,7 +115,7 @@ func TestFairQueueDeadHead(t *testing.T) {
 	case g := <-got:
 		require.NoError(t, g.err)
 		took := time.Since(released)
-		assert.Less(t, took, 2*time.Second, "the dead head held it up for its liveness (1s) and a third at most")
+		assert.Less(t, took, 2*time.Second, "the dead head held it up for its ttl (1s) and a third of a liveness at most")
 		t.Logf("the next waiter got the lock %v after the release to a dead head", took)
 		_, err = g.l.Release(ctx)
 		require.NoError(t, err)

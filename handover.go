@@ -63,16 +63,17 @@ func tagOf(cfg *config, ttl time.Duration) any {
 // then lock is released as far as its holder is concerned.
 func (r *Redlock) handOver(lock *Lock, cfg *config, extending bool) bool {
 	life := lock.life
-	if extending || cfg.handOver == 0 || cfg.fair || lock.ttl == 0 {
+	ttl := time.Duration(life.lastTTL.Load()) // the newest handle's, whichever releases
+	if extending || cfg.handOver == 0 || cfg.fair || ttl == 0 {
 		return false
 	}
-	tag := tagOf(lock.cfg, lock.ttl)
+	tag := tagOf(lock.cfg, ttl)
 	if tag == nil {
 		return false
 	}
 	now := time.Now()
 	until := life.expiry()
-	if until.Sub(now) < lock.ttl/2 || life.chain >= cfg.handOver || now.Sub(life.since) >= cfg.handOverWindow {
+	if until.Sub(now) < ttl/2 || life.chain >= cfg.handOver || now.Sub(life.since) >= cfg.handOverWindow {
 		return false
 	}
 	off := &handOff{value: lock.value, token: lock.token, until: until, chain: life.chain + 1, since: life.since}

@@ -310,3 +310,39 @@ func TestHandOverContended(t *testing.T) {
 	}, 2*time.Second, 10*time.Millisecond, "no key left once every call is over")
 	t.Logf("%d grants, %d handed over", grants.Load(), handed.Load())
 }
+
+// After an extension to a shorter ttl, a hand-over passes the shorter
+// expiration (the nodes keep the keys no longer), through whichever handle
+// releases.
+func TestHandOverAfterShorterExtend(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	for _, through := range []string{"new handle", "old handle"} {
+		t.Run(through, func(t *testing.T) {
+			key := "short:" + through
+			l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
+			require.NoError(t, err)
+			ext, err := l.Extend(ctx, 4*time.Second)
+			require.NoError(t, err)
+			b := handWait(f.rl, key, 4*time.Second)
+			handQueued(t, f.rl, key, 1)
+			rel := ext
+			if through == "old handle" {
+				rel = l
+			}
+			res, err := rel.Release(ctx)
+			require.NoError(t, err)
+			require.True(t, res.HandedOver)
+			got := <-b
+			require.NoError(t, got.err)
+			assert.False(t, got.l.Expiration().After(time.Now().Add(4*time.Second)), "expires %v from now, after the nodes' 4s",
+				time.Until(got.l.Expiration()))
+			for i, p := range f.Peek {
+				pttl := p.PTTL(ctx, key).Val()
+				assert.False(t, got.l.Expiration().After(time.Now().Add(pttl+time.Millisecond)), "node %d keeps it %v", i, pttl)
+			}
+			_, err = got.l.Release(ctx)
+			require.NoError(t, err)
+		})
+	}
+}

@@ -21,12 +21,10 @@ type Lock struct {
 	cfg        *config // the options it was acquired with
 	resources  []string
 	value      string
-	ttl        time.Duration // the ttl it was acquired or extended with
-	token      uint64        // the fencing token; 0 when not fenced
+	token      uint64 // the fencing token; 0 when not fenced
 	kind       lockKind
-	picks      []any         // a semaphore's: the permit held of each resource
-	queue      string        // a fair lock's waiter id in the nodes' queues (WithFairQueue)
-	queueLive  time.Duration // and how long its place there lasts
+	picks      []any  // a semaphore's: the permit held of each resource
+	queue      string // a fair lock's waiter id in the nodes' queues (WithFairQueue)
 	expiration time.Time
 	attempts   []ExecutionStats
 	life       *lockLife // shared by every handle of the lock
@@ -55,12 +53,10 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error
 		cfg:       cfg,
 		resources: p.res,
 		value:     o.value,
-		ttl:       p.ttl,
 		token:     o.token,
 		kind:      kindOf(cfg),
 		picks:     parsePicks(o.picks),
 		queue:     p.queue,
-		queueLive: p.live,
 		attempts:  o.attempts,
 		life:      &lockLife{},
 	}
@@ -73,6 +69,8 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error
 		l.life.granted, l.life.since = o.win.Start, o.win.Start
 	}
 	l.life.until.Store(l.expiration.UnixNano())
+	l.life.last.Store(l.expiration.UnixNano())
+	l.life.lastTTL.Store(int64(p.ttl))
 	return l, nil
 }
 
@@ -122,6 +120,10 @@ type lockLife struct {
 	// cut is the earliest cut of any handle (see Lock.cut), in Unix ns; 0
 	// when none.
 	cut atomic.Int64
+	// last is the expiration of the newest grant or extension, in Unix ns:
+	// unlike until, earlier after an extension to a shorter ttl; lastTTL
+	// is its ttl.
+	last, lastTTL atomic.Int64
 	// lost is set once the observer was told that the lock was lost: it
 	// is told once, whoever learns it (Extend, Using).
 	lost atomic.Bool
@@ -139,7 +141,7 @@ func (lf *lockLife) reportLost(ctx context.Context, cfg *config, resources []str
 // expiry is the lock's expiration as its holder knows it: the newest
 // handle's, or earlier when an Extend that failed may have shortened it.
 func (lf *lockLife) expiry() time.Time {
-	u := lf.until.Load()
+	u := min(lf.until.Load(), lf.last.Load())
 	if c := lf.cut.Load(); c != 0 && c < u {
 		u = c
 	}
@@ -276,6 +278,9 @@ func (l *Lock) Release(ctx context.Context, opts ...Option) (*ExecutionResult, e
 
 // extendPlan is the plan that extends l by ttl.
 func (l *Lock) extendPlan(ttl time.Duration) *plan {
+	if l.queue != "" {
+		return fairExtendPlan(l.resources, l.value, l.queue, l.until(), ttl)
+	}
 	if l.kind.exclusive() {
 		return extendPlan(l.resources, l.value, l.until(), ttl)
 	}
@@ -286,7 +291,7 @@ func (l *Lock) extendPlan(ttl time.Duration) *plan {
 // expiration.
 func (l *Lock) releasePlan(until time.Time) *plan {
 	if l.queue != "" {
-		return fairReleasePlan(l.resources, l.value, l.queue, until, l.queueLive)
+		return fairReleasePlan(l.resources, l.value, l.queue, until)
 	}
 	if l.kind.exclusive() {
 		return releasePlan(l.resources, l.value, until)

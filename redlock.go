@@ -246,17 +246,17 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		cfg:        lock.cfg,
 		resources:  lock.resources,
 		value:      lock.value,
-		ttl:        ttl,
 		token:      lock.token,
 		kind:       lock.kind,
 		picks:      lock.picks,
 		queue:      lock.queue,
-		queueLive:  lock.queueLive,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       lock.life,
 	}
 	lock.life.extendedTo(nl.expiration)
+	lock.life.last.Store(nl.expiration.UnixNano())
+	lock.life.lastTTL.Store(int64(ttl))
 	lock.life.endExtend(0)
 	return nl, nil
 }

@@ -46,10 +46,10 @@ type announcers []*lane.Node
 // Shared implements wake.Nodes.
 func (ns announcers) Shared() []wake.Source {
 	var out []wake.Source
-	for _, nd := range ns {
+	for i, nd := range ns {
 		if nd.Cluster() == nil {
 			c := nd.Client()
-			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, Sick: nd.Lane("", false).Sick})
+			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, Sick: nd.Lane("", false).Sick, Node: i})
 		}
 	}
 	return out
@@ -59,9 +59,9 @@ func (ns announcers) Shared() []wake.Source {
 func (ns announcers) PerKey(key string) []wake.Source {
 	ch := shardedChannel(key)
 	var out []wake.Source
-	for _, nd := range ns {
+	for i, nd := range ns {
 		if cc := nd.Cluster(); cc != nil {
-			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, Sick: nd.Lane(key, false).Sick})
+			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, Sick: nd.Lane(key, false).Sick, Node: i})
 		}
 	}
 	return out

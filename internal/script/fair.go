@@ -4,10 +4,11 @@ package script
 // on each node in one order, and a release hands the resource to the head.
 //
 // KEYS are the resources, then their queues, then their queues' deadlines
-// (3 per resource). A queue is a sorted set of waiter ids scored by the
-// time the waiter began waiting, on its own clock (ARGV): every node
-// orders two waiters the same way (by score, then id), so every node agrees
-// on the head of those it has. The deadlines are a sorted set of the same
+// (3 per resource). A queue is a sorted set of waiters, each "id:ttl" (its
+// id, 32 hex characters, and the ttl in ms it asks for), scored by the time
+// the waiter began waiting, on its own clock (ARGV): every node orders two
+// waiters the same way (by score, then id), so every node agrees on the
+// head of those it has. The deadlines are a sorted set of the same
 // ids scored by when each leaves the queue unless it asks again (its
 // liveness, on the node's clock): a waiter that vanished leaves within it.
 // Both expire when no waiter asked for twice that long.
@@ -42,14 +43,16 @@ end
 
 const (
 	// fairAcquireSrc: ARGV[1] is the attempt's value, ARGV[2] the ttl in
-	// ms, ARGV[3] the waiter's id, ARGV[4] when it began waiting (ms, its
-	// clock), ARGV[5] its liveness in ms. Each resource must be free with
-	// the waiter at the head of its queue (or no queue), or hold the
-	// waiter's id (handed to it), or this attempt's value (a resend). Then
-	// it is taken as acquireSrc does, and the waiter stays queued until its
-	// lock's release (so that a failed attempt's cleanup, which frees the
-	// key, keeps its place). Otherwise the waiter is queued, or its
-	// deadline renewed, on every resource, and nothing else is written.
+	// ms, ARGV[3] the waiter ("id:ttl"), ARGV[4] when it began waiting
+	// (ms, its clock), ARGV[5] its liveness in ms, ARGV[6] its id. Each
+	// resource must be free with the waiter at the head of its queue (or
+	// no queue), or hold the waiter's id (handed to it), or this attempt's
+	// value (a resend). Then each free one is taken as acquireSrc does, and
+	// each handed one keeps the id, its ttl reset to ARGV[2] from now; the
+	// waiter stays queued until its lock's release (so that a failed
+	// attempt's cleanup, which frees the key, keeps its place). Otherwise
+	// the waiter is queued, or its deadline renewed, on every resource, and
+	// nothing else is written.
 	fairAcquireSrc = fairNow + fairPurge + `
 local n = #KEYS / 3
 local held = false
@@ -58,7 +61,7 @@ for i = 1, n do
   purge(q, KEYS[2 * n + i])
   local v = redis.call("get", key)
   if v then
-    if v ~= ARGV[1] and v ~= ARGV[3] then` + writerWaits + `held = true end
+    if v ~= ARGV[1] and v ~= ARGV[6] then` + writerWaits + `held = true end
   else
     local head = redis.call("zrange", q, 0, 0)[1]
     if head and head ~= ARGV[3] then held = true end
@@ -66,7 +69,11 @@ for i = 1, n do
 end
 if not held then
   for i = 1, n do
-    redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+    if redis.call("get", KEYS[i]) == ARGV[6] then
+      redis.call("pexpire", KEYS[i], ARGV[2])
+    else
+      redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+    end
   end
   return n
 end
@@ -82,13 +89,12 @@ return 0
 `
 
 	// fairReleaseSrc releases a lock of the fair queue, or a waiter that
-	// gives up: ARGV[1] is the value (or the waiter's id), ARGV[2] the
-	// waiter's id, which leaves the queues, ARGV[3] how long a head handed
-	// a resource has to claim it (ms), then the announcement's command and
-	// a channel per resource. Each resource that holds ARGV[1], or the
-	// waiter's id (handed to it on a node that its winning attempt reached
-	// too early), goes to the head of its queue, announced as HandedPrefix + head + resource; with
-	// no one queued it is deleted, and announced as releaseSrc does.
+	// gives up: ARGV[1] is the value, ARGV[2] the waiter ("id:ttl"), which
+	// leaves the queues, ARGV[3] its id, then the announcement's command
+	// and a channel per resource. Each resource that holds ARGV[1] or the
+	// id goes to the head of its queue: it holds the head's id, for the
+	// head's ttl, announced as HandedPrefix + the head's id + resource;
+	// with no one queued it is deleted, and announced as releaseSrc does.
 	fairReleaseSrc = fairNow + fairPurge + `
 local n = #KEYS / 3
 local count = 0
@@ -97,12 +103,13 @@ for i = 1, n do
   redis.call("zrem", q, ARGV[2])
   redis.call("zrem", d, ARGV[2])
   local v = redis.call("get", key)
-  if v and (v == ARGV[1] or v == ARGV[2]) then
+  if v and (v == ARGV[1] or v == ARGV[3]) then
     purge(q, d)
     local head = redis.call("zrange", q, 0, 0)[1]
     if head then
-      redis.call("set", key, head, "PX", ARGV[3])
-      redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. head .. key) -- a node without pub/sub still releases
+      local id, ttl = string.sub(head, 1, 32), string.sub(head, 34)
+      redis.call("set", key, id, "PX", ttl)
+      redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. id .. key) -- a node without pub/sub still releases
     else
       redis.call("del", key)
       redis.pcall(ARGV[4], ARGV[4 + i], ARGV[1] .. key)
@@ -114,8 +121,22 @@ return count
 `
 )
 
+// fairExtendSrc is extendSrc for a lock of the fair queue, whose resources
+// hold its value or its id (ARGV[3]).
+const fairExtendSrc = `
+for _, key in ipairs(KEYS) do
+  local v = redis.call("get", key)
+  if v ~= ARGV[1] and v ~= ARGV[3] then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call("pexpire", key, ARGV[2])
+end
+return #KEYS
+`
+
 // The scripts of the fair queue.
 var (
+	FairExtend  = newScript(fairExtendSrc)
 	FairAcquire = newScript(fairAcquireSrc)
 	FairRelease = &Script{Src: fairReleaseSrc, Hash: newScript(fairReleaseSrc).Hash, Announces: true}
 )

@@ -29,6 +29,7 @@ const ResubscribeAfter = time.Second
 type Source struct {
 	Open func(context.Context) *redis.PubSub
 	Sick func() bool
+	Node int // which node it hears (see Handed)
 }
 
 // Nodes says which subscriptions a Waker opens.
@@ -99,8 +100,10 @@ type Waiter struct {
 	wake  chan struct{} // holds one pending wake
 	tag   any           // what a hand-over must match (see HandOver); nil: none
 	id    string        // its id in the nodes' queues (a fair queue), or ""
-
-	offer any // a hand-over for it, guarded by Waker.mu; nil: none
+	offer any           // a hand-over for it, guarded by Waker.mu; nil: none
+	// handedBy are the nodes that announced a resource handed to it (by
+	// id), guarded by Waker.mu.
+	handedBy []int
 }
 
 // groupID names a set of resources whatever their order.
@@ -234,6 +237,17 @@ func (w *Waker) HandOver(keys []string, tag, offer any) bool {
 	return false
 }
 
+// Handed returns the nodes that announced a resource handed to wt by its
+// id (see Join), in the order heard; nil for a nil wt.
+func (w *Waker) Handed(wt *Waiter) []int {
+	if wt == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(wt.handedBy)
+}
+
 // Take returns the offer handed to wt and clears it; nil when there is
 // none (or wt is nil).
 func (w *Waker) Take(wt *Waiter) any {
@@ -295,7 +309,7 @@ func (w *Waker) listen(src Source) *sub {
 			}
 			s.ps = ps
 			w.mu.Unlock()
-			w.receive(ctx, ps)
+			w.receive(ctx, ps, src.Node)
 			w.mu.Lock()
 			s.ps = nil
 			w.mu.Unlock()
@@ -318,7 +332,7 @@ func pause(ctx context.Context, d time.Duration) {
 
 // receive dispatches ps's announcements until it fails, is closed, or the
 // node ends the subscription (a Cluster does when the slot moves).
-func (w *Waker) receive(ctx context.Context, ps *redis.PubSub) {
+func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int) {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
@@ -329,7 +343,7 @@ func (w *Waker) receive(ctx context.Context, ps *redis.PubSub) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			w.notify(m.Payload)
+			w.notify(m.Payload, node)
 		case *redis.Subscription:
 			if m.Count == 0 { // unsubscribed by the node
 				return
@@ -347,9 +361,10 @@ func closeAll(subs []*redis.PubSub) {
 }
 
 // notify wakes, without blocking, the head of each group waiting for the
-// resource an announcement names. (The cleanup of a failed attempt announces
+// resource an announcement from node names; or, when it was handed to a
+// waiter by id, that waiter, which records the node (see Handed). (The cleanup of a failed attempt announces
 // nothing, so a waiter is never woken by its own.)
-func (w *Waker) notify(payload string) {
+func (w *Waker) notify(payload string, node int) {
 	if h := len(w.handed); h > 0 && strings.HasPrefix(payload, w.handed) {
 		// Handed to a waiter: only it can take the resource.
 		if len(payload) <= h+w.skip {
@@ -361,6 +376,9 @@ func (w *Waker) notify(payload string) {
 		for _, g := range w.byKey[key] {
 			for _, wt := range g.queue {
 				if wt.id == id {
+					if !slices.Contains(wt.handedBy, node) {
+						wt.handedBy = append(wt.handedBy, node)
+					}
 					wt.poke()
 					return
 				}
