@@ -273,6 +273,42 @@
 // per resource waited for), when an Acquire first has to wait;
 // [Redlock.Close] ends the subscriptions.
 //
+// # Contended locks
+//
+// Under contention a lock is handed over rather than released and fought
+// for. In one process ([WithHandOver], on by default), a Release while an
+// Acquire of the same Redlock waits for the same resources with the same
+// ttl passes the lock to it with no round trip: the nodes keep the value,
+// which becomes the waiter's. Mutual exclusion is the algorithm's: the
+// nodes hold one value, which one holder at a time believes its own (the
+// releasing holder's handles are spent before the waiter is told). Validity
+// is the releasing holder's: the waiter's Lock expires when the releaser's
+// newest handle would have (never later than every node of its quorum
+// keeps the keys); no hand-over is made with less than half the ttl left,
+// or while an Extend, which may shorten the keys' ttl, is in flight. A
+// fenced lock gets a new token before the waiter runs: the old token + 1,
+// written to a quorum of counters where the value is still held (one round
+// trip); the argument of "Fencing tokens" holds for it, as the lock was held
+// by a quorum throughout. After 16 hand-overs in a row, or 100ms from the
+// nodes' grant, the lock is released for real.
+//
+// Across processes ([WithFairQueue], off by default), waiters queue on
+// every node, ordered by when each began waiting, and a release hands each
+// node's key to the head of its queue, setting it to the head's id for the
+// head's ttl, and announces it. The head holds the lock once a quorum of
+// nodes announced it, without asking. A node hands the key over at a time
+// the head does not know, but after the node answered the head's last
+// attempt with "queued" (an attempt that came after would have found the key
+// held by the head's id, and voted for): so the head counts its validity
+// from the start of that attempt on each node of its quorum, losing at most
+// the time since (a waiter asks at least every third of a second), never
+// counting time that a node does not. With less than half the ttl left so
+// counted, it makes an attempt, which counts from its own start. A node
+// missing a waiter from its queue (it was down when the waiter queued) may
+// hand its key to a later waiter: each node's key holds one id or value at a
+// time, so that costs order, never exclusion, and the next attempt of the
+// earlier waiter queues it there in its place.
+//
 // # Concurrency
 //
 // A Redlock and a Lock are safe for concurrent use by multiple goroutines. A

@@ -96,10 +96,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// instead, and joins the waiters at once: the release that hands it
 	// the lock may come before its first attempt has answered.
 	if c.waits && p.queue != "" {
-		c.wt = r.wake.Join(p.res, false, p.handTag, p.waiterID())
+		c.wt = r.wake.Join(p.res, false, p.tag(), p.waiterID())
 	}
 	if c.waits && p.queue == "" {
-		if c.wt = r.wake.Join(p.res, true, p.handTag, p.waiterID()); c.wt != nil {
+		if c.wt = r.wake.Join(p.res, true, p.tag(), p.waiterID()); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
@@ -246,7 +246,7 @@ func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionErro
 // waiter took the rest).
 func (c *run) pause(p *plan, split bool) slept {
 	if c.wt == nil && c.waits {
-		c.wt = c.r.wake.Join(p.res, false, p.handTag, p.waiterID())
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
 	}
 	var s slept
 	paused := time.Now()

@@ -43,17 +43,27 @@ type handTag struct {
 	acked  bool
 }
 
-// tagOf returns the hand-over tag of an exclusive lock of ttl under cfg, or
-// nil when cfg does not hand over.
-func tagOf(cfg *config, ttl time.Duration) any {
+// tagOf returns the hand-over tag of an exclusive lock of ttl under cfg,
+// or the zero tag (ttl 0) when cfg does not hand over.
+func tagOf(cfg *config, ttl time.Duration) handTag {
 	if cfg.handOver == 0 || !cfg.wake || cfg.fair || !kindOf(cfg).exclusive() {
-		return nil
+		return handTag{}
 	}
 	t := handTag{ttl: ttl, fenced: cfg.fencing}
 	if cfg.ack != nil {
 		t.ack, t.acked = *cfg.ack, true
 	}
 	return t
+}
+
+// tag is the plan's hand-over tag as the waiters hold it: nil when it
+// takes no hand-over. (Made when the call waits: an uncontended call
+// allocates nothing for it.)
+func (p *plan) tag() any {
+	if p.handTag.ttl == 0 {
+		return nil
+	}
+	return p.handTag
 }
 
 // handOver passes lock to a waiter of r when cfg (the release's options)
@@ -67,8 +77,11 @@ func (r *Redlock) handOver(lock *Lock, cfg *config, extending bool) bool {
 	if extending || cfg.handOver == 0 || cfg.fair || ttl == 0 {
 		return false
 	}
+	if r.wake.Idle() {
+		return false // no one waits: the common release pays nothing more
+	}
 	tag := tagOf(lock.cfg, ttl)
-	if tag == nil {
+	if tag.ttl == 0 {
 		return false
 	}
 	now := time.Now()
@@ -106,7 +119,7 @@ func (c *run) takeOver(p *plan, off *handOff) bool {
 // disown deals with a hand-over that its waiter cannot take (it gave up,
 // or its token was not written): it goes to another waiter, or is released.
 func (r *Redlock) disown(ctx context.Context, cfg *config, p *plan, off *handOff) {
-	if time.Until(off.until) >= p.ttl/2 && r.wake.HandOver(p.res, p.handTag, off) {
+	if time.Until(off.until) >= p.ttl/2 && r.wake.HandOver(p.res, p.tag(), off) {
 		return
 	}
 	one := *cfg

@@ -52,7 +52,7 @@ type plan struct {
 	waits bool
 	// handTag, when set, lets a holder of the same Redlock hand its lock
 	// to the waiting call (see handover.go).
-	handTag any
+	handTag handTag
 	// queue is the waiter's id in the nodes' queues (WithFairQueue), and
 	// live how long it keeps its place there without asking again; "" for
 	// a call that does not queue.

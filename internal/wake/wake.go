@@ -248,6 +248,13 @@ func (w *Waker) Handed(wt *Waiter) []int {
 	return slices.Clone(wt.handedBy)
 }
 
+// Idle reports whether no call waits (a cheap test before HandOver).
+func (w *Waker) Idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.groups) == 0
+}
+
 // Take returns the offer handed to wt and clears it; nil when there is
 // none (or wt is nil).
 func (w *Waker) Take(wt *Waiter) any {
