@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -168,4 +169,69 @@ func ExampleWithFencing() {
 	// token: 1
 	// token: 2
 	// token in fn: 3 true
+}
+
+// Eight goroutines of one process take turns on one lock: each Release
+// while another waits hands the lock over with no round trip (the
+// default; WithHandOver sets the bound, WithHandOver(0, 0) turns it off).
+func ExampleWithHandOver() {
+	clients, stop := exampleNodes(3)
+	defer stop()
+
+	rl, err := redlock.New(clients, redlock.WithHandOver(16, 100*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	defer rl.Close()
+	ctx := context.Background()
+	var mu sync.Mutex
+	sections, handedOver := 0, 0
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				lock, err := rl.Acquire(ctx, []string{"ledger"}, 10*time.Second, redlock.WithRetryCount(-1))
+				if err != nil {
+					panic(err)
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				res, err := lock.Release(ctx)
+				if err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				sections++
+				if res.HandedOver {
+					handedOver++ // passed to a waiting goroutine, nothing sent
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("sections:", sections)
+	// Output:
+	// sections: 40
+}
+
+// Waiters in every process queue on the nodes and are served in the order
+// they came: give the option to every Redlock that contends for the
+// resource.
+func ExampleWithFairQueue() {
+	var clients []redis.UniversalClient // one per node, as for New
+	rl, err := redlock.New(clients, redlock.WithFairQueue(true))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rl.Close()
+	lock, err := rl.Acquire(context.Background(), []string{"report:daily"}, 30*time.Second, redlock.WithRetryCount(-1))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Release(context.Background())
+	// ... the report, while this process's turn lasts
 }

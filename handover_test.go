@@ -346,3 +346,45 @@ func TestHandOverAfterShorterExtend(t *testing.T) {
 		})
 	}
 }
+
+// Out-of-range hand-over settings and the fair queue with another kind of
+// lock are refused before anything is sent, with the option's name; the
+// queue's keys are refused as resources.
+func TestContendedBadInput(t *testing.T) {
+	f := newNodes(t, 1)
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		opts []redlock.Option
+		says string
+	}{
+		"negative max":       {[]redlock.Option{redlock.WithHandOver(-1, time.Second)}, "WithHandOver"},
+		"huge max":           {[]redlock.Option{redlock.WithHandOver(1<<21, time.Second)}, "WithHandOver"},
+		"no window":          {[]redlock.Option{redlock.WithHandOver(4, 0)}, "WithHandOver"},
+		"fair fenced":        {[]redlock.Option{redlock.WithFairQueue(true), redlock.WithFencing(true)}, "WithFairQueue"},
+		"fair permits":       {[]redlock.Option{redlock.WithFairQueue(true), redlock.WithPermits(3)}, "WithFairQueue"},
+		"fair shared":        {[]redlock.Option{redlock.WithFairQueue(true), redlock.WithShared(true)}, "WithFairQueue"},
+		"queue as resource":  {nil, "redlock:queue:"},
+		"qlive as resource":  {nil, "redlock:qlive:"},
+		"off is not refused": {[]redlock.Option{redlock.WithHandOver(0, 0)}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := "bad"
+			switch name {
+			case "queue as resource":
+				res = "redlock:queue:{x}:x"
+			case "qlive as resource":
+				res = "redlock:qlive:{x}:x"
+			}
+			l, err := f.rl.Acquire(ctx, []string{res}, time.Second, c.opts...)
+			if c.says == "" {
+				require.NoError(t, err)
+				_, _ = l.Release(ctx)
+				return
+			}
+			require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), c.says)
+		})
+	}
+	_, err := redlock.New(f.Clients, redlock.WithHandOver(-1, 0))
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "New refuses it too")
+}
