@@ -25,6 +25,13 @@ import (
 // real, so that other processes' waiters get their turn; so is a lock with
 // less than half its ttl left, or with an extension in flight.
 
+// The default bound of a chain of in-process hand-overs (WithHandOver).
+const (
+	defaultHandOver       = 16
+	defaultHandOverWindow = 100 * time.Millisecond
+	maxHandOver           = 1 << 20
+)
+
 // handOff is a lock passed from a releasing holder to a waiter.
 type handOff struct {
 	value string
@@ -95,8 +102,15 @@ func (r *Redlock) handOver(lock *Lock, cfg *config, extending bool) bool {
 
 // takeOver makes the waiter's outcome from a hand-over: for a fenced lock,
 // after its new token reached a quorum. It reports false when the lock
-// could not be taken (its token not written in time), after releasing it.
+// could not be taken (less than half its ttl left, or its token not written
+// in time), after passing it on or releasing it.
 func (c *run) takeOver(p *plan, off *handOff) bool {
+	if time.Until(off.until) < p.ttl/2 {
+		// The releaser or this waiter was paused since the offer: too
+		// little is left to begin with.
+		c.r.disown(c.ctx, c.cfg, p, off)
+		return false
+	}
 	if p.fenced {
 		token := off.token + 1
 		wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{off.value, strconv.FormatUint(token, 10)}, acked: p.acked}

@@ -52,13 +52,6 @@ func defaultConfig() config {
 	}
 }
 
-// The default bound of a chain of in-process hand-overs (WithHandOver).
-const (
-	defaultHandOver       = 16
-	defaultHandOverWindow = 100 * time.Millisecond
-	maxHandOver           = 1 << 20
-)
-
 // maxPermits bounds WithPermits: each acquire reads every permit key of
 // its resources on every node.
 const maxPermits = 1024
@@ -392,11 +385,8 @@ func WithHandOver(max int, window time.Duration) Option {
 // vanished leaves after a second, and if it vanished just after being
 // handed the lock, holds it up for its ttl, as a holder that vanished does.
 //
-// A resource held through the queue is held as any lock, and plain
-// Acquires (of this library without the option, or node-redlock's) on the
-// same nodes are excluded as usual; they take a resource when it is free
-// and no one queues, so under steady contention they wait for the queue to
-// empty. The queues are two sorted sets per resource ("redlock:queue:" and
+// Plain Acquires (without the option, or node-redlock's) on the same nodes
+// are excluded as usual, and take a resource only when no one queues. The queues are two sorted sets per resource ("redlock:queue:" and
 // "redlock:qlive:", then "{tag}:" + resource, in its Cluster slot), which
 // expire two seconds after the last waiter asked. It cannot be combined
 // with [WithFencing], [WithPermits] or [WithShared], and it turns
