@@ -51,8 +51,10 @@ type run struct {
 	wt       *wake.Waiter    // its place among the waiters, once it waits
 	window   time.Time       // free wakes end here
 	// queuedAt is, per node, the start of the last attempt that the node
-	// answered "queued" (a fair queue's call on one resource; see fair.go).
-	queuedAt []time.Time
+	// answered "queued", and queuedNode the node's time then (a fair
+	// queue's call on one resource; see fair.go).
+	queuedAt   []time.Time
+	queuedNode []int64
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -117,7 +119,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
 			return c.o
 		}
-		c.queued(p, st)
+		c.queued(p, st, as)
 		if e := c.judge(p, st, as); e != nil {
 			return c.fail(p, e)
 		}

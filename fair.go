@@ -109,28 +109,34 @@ func (p *plan) waiterID() string {
 // from the announcements of the releases that handed it the resource, with
 // no round trip of its own: once a quorum of nodes announced it. A node
 // hands the resource over at a time the waiter does not know, with the
-// waiter's whole ttl, but after the node answered the waiter's last attempt
-// before it with "queued" (else that attempt would have found the resource
-// held by the waiter's id, and voted for). So the waiter counts its
-// validity from the start of that attempt, on each node of its quorum: it
-// may lose the time it waited since (at most a third of its liveness, when
-// it waits without being woken), never count time that the node does not.
-// With less than half the ttl left so counted, it makes an attempt, which
-// resets the ttl from its own start. A call on several resources always
-// makes that attempt: a node may answer "queued" for one resource while
-// another is already handed to it.
+// waiter's whole ttl. Each "queued" answer carries the node's time, and each
+// announcement too: a node counts only when its latest announcement is later,
+// on its own clock, than its latest "queued" answer (a "queued" answer after
+// a hand-over means the resource was lost again: expired, or the node
+// restarted). Then the hand-over came after the node answered that
+// attempt, so the waiter counts its validity from the start of the attempt,
+// on each node of its quorum: it may lose the time it waited since (at most
+// a third of its liveness, when it waits without being woken), never count
+// time that the node does not. With less than half the ttl left so counted,
+// it makes an attempt, which resets the ttl from its own start. A call on
+// several resources always makes that attempt (a node may answer "queued"
+// for one resource while another is already handed to it), and so does one
+// that waits for replicas (WithReplicaAck): the release that hands a
+// resource over is not waited for.
 
-// queued records which nodes answered attempt st with "queued".
-func (c *run) queued(p *plan, st ExecutionStats) {
-	if p.queue == "" || len(p.res) != 1 {
+// queued records which nodes answered attempt st (as) with "queued", and
+// when by their clocks.
+func (c *run) queued(p *plan, st ExecutionStats, as *attemptState) {
+	if p.queue == "" || len(p.res) != 1 || p.acked {
 		return
 	}
 	if c.queuedAt == nil {
-		c.queuedAt = make([]time.Time, c.r.size())
+		c.queuedAt, c.queuedNode = make([]time.Time, c.r.size()), make([]int64, c.r.size())
 	}
 	for _, v := range st.VotesAgainst {
 		if isLocked(v.Err) && v.Op == p.op {
-			c.queuedAt[v.Node] = st.Start
+			// The node's answer was read before its vote was counted.
+			c.queuedAt[v.Node], c.queuedNode[v.Node] = st.Start, int64(as.nodes[v.Node].counter)
 		}
 	}
 }
@@ -149,8 +155,8 @@ func (c *run) handedByNodes(p *plan) bool {
 	q := c.r.needed()
 	bounds := func() []time.Time {
 		var out []time.Time
-		for _, i := range c.r.wake.Handed(c.wt) {
-			if t := c.queuedAt[i]; !t.IsZero() {
+		for _, h := range c.r.wake.Handed(c.wt) {
+			if t := c.queuedAt[h.Node]; !t.IsZero() && h.At > c.queuedNode[h.Node] {
 				out = append(out, t)
 			}
 		}

@@ -200,7 +200,10 @@ func (l *Lock) Resources() []string {
 }
 
 // Value returns the lock's random value (32 hex characters), which every
-// node stores under each resource.
+// node stores under each resource; for a lock of the fair queue
+// ([WithFairQueue]), a node that handed a resource to the waiter stores the
+// waiter's id there instead (Value itself when the lock came by the hand-overs
+// alone), which its Extend and Release accept too.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""

@@ -14,7 +14,8 @@ package script
 // Both expire when no waiter asked for twice that long.
 
 // HandedPrefix starts a release announcement that names the waiter the
-// resource was handed to: "~" + waiter id + resource.
+// resource was handed to: "~" + waiter id + ":" + the node's time in ms +
+// ":" + resource.
 const HandedPrefix = "~"
 
 // QueuePrefix and QueueLivePrefix start the names of a resource's queue
@@ -50,9 +51,11 @@ const (
 	// value (a resend). Then each free one is taken as acquireSrc does, and
 	// each handed one keeps the id, its ttl reset to ARGV[2] from now; the
 	// waiter stays queued until its lock's release (so that a failed
-	// attempt's cleanup, which frees the key, keeps its place). Otherwise
-	// the waiter is queued, or its deadline renewed, on every resource, and
-	// nothing else is written.
+	// attempt's cleanup, which frees the key, keeps its place), and it
+	// answers {n, 0}. Otherwise the waiter is queued, or its deadline
+	// renewed, on every resource, nothing else is written, and it answers
+	// {0, the node's time in ms}: a hand-over announced with a later time
+	// came after this answer.
 	fairAcquireSrc = fairNow + fairPurge + `
 local n = #KEYS / 3
 local held = false
@@ -75,7 +78,7 @@ if not held then
       redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
     end
   end
-  return n
+  return {n, 0}
 end
 local live = tonumber(ARGV[5])
 for i = 1, n do
@@ -85,7 +88,7 @@ for i = 1, n do
   redis.call("pexpire", q, 2 * live)
   redis.call("pexpire", d, 2 * live)
 end
-return 0
+return {0, now}
 `
 
 	// fairReleaseSrc releases a lock of the fair queue, or a waiter that
@@ -93,7 +96,8 @@ return 0
 	// leaves the queues, ARGV[3] its id, then the announcement's command
 	// and a channel per resource. Each resource that holds ARGV[1] or the
 	// id goes to the head of its queue: it holds the head's id, for the
-	// head's ttl, announced as HandedPrefix + the head's id + resource;
+	// head's ttl, announced as HandedPrefix + the head's id + ":" + the
+	// node's time + ":" + resource;
 	// with no one queued it is deleted, and announced as releaseSrc does.
 	fairReleaseSrc = fairNow + fairPurge + `
 local n = #KEYS / 3
@@ -109,7 +113,7 @@ for i = 1, n do
     if head then
       local id, ttl = string.sub(head, 1, 32), string.sub(head, 34)
       redis.call("set", key, id, "PX", ttl)
-      redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. id .. key) -- a node without pub/sub still releases
+      redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. id .. ":" .. now .. ":" .. key) -- a node without pub/sub still releases
     else
       redis.call("del", key)
       redis.pcall(ARGV[4], ARGV[4 + i], ARGV[1] .. key)
@@ -134,9 +138,10 @@ end
 return #KEYS
 `
 
-// The scripts of the fair queue.
+// The scripts of the fair queue. FairAcquire's answer is read as a
+// Counter script's: {applied, the node's time when it queued the waiter}.
 var (
 	FairExtend  = newScript(fairExtendSrc)
-	FairAcquire = newScript(fairAcquireSrc)
+	FairAcquire = &Script{Src: fairAcquireSrc, Hash: newScript(fairAcquireSrc).Hash, Counter: true}
 	FairRelease = &Script{Src: fairReleaseSrc, Hash: newScript(fairReleaseSrc).Hash, Announces: true}
 )

@@ -102,8 +102,8 @@ type Waiter struct {
 	id    string        // its id in the nodes' queues (a fair queue), or ""
 	offer any           // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
-	// id), guarded by Waker.mu.
-	handedBy []int
+	// id), with the latest time each announced, guarded by Waker.mu.
+	handedBy []Hand
 }
 
 // groupID names a set of resources whatever their order.
@@ -237,9 +237,27 @@ func (w *Waker) HandOver(keys []string, tag, offer any) bool {
 	return false
 }
 
+// Hand is a node's announcement that it handed a resource to a waiter: the
+// node, and the latest time (its clock, ms) it announced one.
+type Hand struct {
+	Node int
+	At   int64
+}
+
+// handed records node's announcement at at. Called with Waker.mu held.
+func (wt *Waiter) handed(node int, at int64) {
+	for i := range wt.handedBy {
+		if wt.handedBy[i].Node == node {
+			wt.handedBy[i].At = max(wt.handedBy[i].At, at)
+			return
+		}
+	}
+	wt.handedBy = append(wt.handedBy, Hand{node, at})
+}
+
 // Handed returns the nodes that announced a resource handed to wt by its
-// id (see Join), in the order heard; nil for a nil wt.
-func (w *Waker) Handed(wt *Waiter) []int {
+// id (see Join), in the order first heard; nil for a nil wt.
+func (w *Waker) Handed(wt *Waiter) []Hand {
 	if wt == nil {
 		return nil
 	}
@@ -377,15 +395,19 @@ func (w *Waker) notify(payload string, node int) {
 		if len(payload) <= h+w.skip {
 			return
 		}
-		id, key := payload[h:h+w.skip], payload[h+w.skip:]
+		id, rest := payload[h:h+w.skip], payload[h+w.skip:]
+		// ":" + the node's time in ms + ":" + the resource.
+		ms, key, ok := strings.Cut(strings.TrimPrefix(rest, ":"), ":")
+		at, err := strconv.ParseInt(ms, 10, 64)
+		if !ok || err != nil || !strings.HasPrefix(rest, ":") {
+			return
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, g := range w.byKey[key] {
 			for _, wt := range g.queue {
 				if wt.id == id {
-					if !slices.Contains(wt.handedBy, node) {
-						wt.handedBy = append(wt.handedBy, node)
-					}
+					wt.handed(node, at)
 					wt.poke()
 					return
 				}

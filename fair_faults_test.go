@@ -1,0 +1,317 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Regression tests for a defect a probe found (issue 27): a waiter counted a
+// node's old announcement of a hand-over, after the node had answered
+// "queued" since, and held a lock that another client held too. The node's
+// time in both now tells them apart.
+
+// ownRedlock is a Redlock over f's nodes with clients of its own, each
+// through a fault proxy of its own when proxied (returned), else direct.
+func ownRedlock(t *testing.T, f *fixture, proxied bool, opts ...redlock.Option) (*redlock.Redlock, []*redistest.Proxy) {
+	t.Helper()
+	var cs []redis.UniversalClient
+	var pxs []*redistest.Proxy
+	for _, nd := range f.Nodes {
+		addr := nd.Addr()
+		if proxied {
+			px := redistest.NewProxy(t, addr)
+			pxs = append(pxs, px)
+			addr = px.Addr()
+		}
+		o := *redistest.NoClientTimeouts
+		o.Addr = addr
+		c := redis.NewClient(&o)
+		cs = append(cs, c)
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	rl, err := redlock.New(cs, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	return rl, pxs
+}
+
+// Mutual exclusion across a fair waiter W and a plain holder X, with only
+// minority faults and a delayed message:
+//
+//   - W cannot reach node 2 (partition W<->node2): it queues on nodes 0, 1.
+//   - H (fair holder) releases; its release reaches nodes 0 and 2 at once,
+//     node 1 only after L (a slow link H->node1). Node 0 hands R to W
+//     (announced); node 2 has no queue there and deletes R.
+//   - W's link to node 0 drops for a while (longer than W's ttl): W's id on
+//     node 0 expires. A plain X takes nodes 0 and 2: a quorum, a valid lock.
+//   - W's link to node 0 heals: W's next attempt gets "queued" from node 0
+//     (X holds it), recorded as queuedAt[0], while node 0's earlier
+//     announcement is still in W's handedBy.
+//   - H's delayed release reaches node 1: node 1 hands R to W and announces.
+//     W now counts {0 (stale), 1} as a quorum of hand-overs and returns a
+//     lock with no round trip, while X holds {0, 2}.
+func TestFairStaleHandOverNotCounted(t *testing.T) {
+	f := newProxied(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	violations := 0
+	const trials = 2
+	for trial := range trials {
+		key := fmt.Sprintf("stale%d", trial)
+		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
+		X, _ := ownRedlock(t, f, false) // plain (unfair), direct
+		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
+		require.NoError(t, err)
+
+		var mu sync.Mutex
+		var log []string
+		lastQueued0 := make(chan time.Time, 100)
+		obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+			var s []string
+			q0 := false
+			for _, v := range a.Stats.VotesAgainst {
+				e := v.Err.Error()
+				if len(e) > 30 {
+					e = e[:30]
+				}
+				s = append(s, fmt.Sprintf("%d:%s", v.Node, e))
+				if v.Node == 0 && strings.Contains(v.Err.Error(), "held") {
+					q0 = true
+				}
+			}
+			mu.Lock()
+			log = append(log, fmt.Sprintf("%s #%d for=%v against=%v", a.Stats.Start.Format("05.000"), a.Number, a.Stats.VotesFor, s))
+			mu.Unlock()
+			if q0 {
+				select {
+				case lastQueued0 <- a.Stats.Start:
+				default:
+				}
+			}
+		}}
+		f.Proxies[2].Set(redistest.Partition)
+		type res struct {
+			l   *redlock.Lock
+			err error
+			at  time.Time
+		}
+		wres := make(chan res, 1)
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() {
+			l, err := f.rl.Acquire(wctx, []string{key}, 600*time.Millisecond, redlock.WithRetryCount(-1),
+				redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
+			wres <- res{l, err, time.Now()}
+		}()
+		require.Eventually(t, func() bool {
+			return f.Peek[0].ZCard(ctx, fairQueue(key)).Val() == 1 && f.Peek[1].ZCard(ctx, fairQueue(key)).Val() == 1
+		}, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // W's subscriptions to nodes 0, 1
+
+		const L = 3 * time.Second
+		hpx[1].SetLatency(L, 0)
+		released := time.Now()
+		_, err = hl.Release(ctx)
+		t.Logf("trial %d: H.Release (node 1 delayed %v): err=%v", trial, L, err)
+		// node 0 hands to W; wait for W's attempt that renews it, then cut W<->node0.
+		require.Eventually(t, func() bool { return f.Peek[0].Get(ctx, key).Val() != hl.Value() }, time.Second, time.Millisecond)
+		time.Sleep(30 * time.Millisecond)
+		t.Logf("node0=%q node1=%q node2=%q", f.Peek[0].Get(ctx, key).Val(), f.Peek[1].Get(ctx, key).Val(), f.Peek[2].Get(ctx, key).Val())
+		f.Proxies[0].Set(redistest.Partition)
+		xl, err := X.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(0))
+		require.NoError(t, err)
+		xAt := time.Now()
+		t.Logf("X (plain) acquired at +%v, votes for %v, valid until +%v", xAt.Sub(released), xl.Attempts()[len(xl.Attempts())-1].VotesFor, xl.Expiration().Sub(released))
+		f.Proxies[0].Heal()
+		// drain, then wait for W's attempts to see node 0 "queued" again
+		for len(lastQueued0) > 0 {
+			<-lastQueued0
+		}
+		select {
+		case <-lastQueued0:
+		case <-time.After(2 * time.Second):
+			t.Log("W never saw node 0 queued after the heal")
+		}
+		var w res
+		select {
+		case w = <-wres:
+		case <-time.After(L + time.Second):
+			wcancel()
+			t.Logf("trial %d: W made no claim-free grant (held off by X, as it should be)", trial)
+			<-wres
+			_, _ = xl.Release(ctx)
+			f.Proxies[2].Heal()
+			hpx[1].Heal()
+			continue
+		}
+		wcancel()
+		require.NoError(t, w.err)
+		xValid, wValid := xl.Valid(), w.l.Valid()
+		att := w.l.Attempts()
+		last := att[len(att)-1]
+		t.Logf("W acquired at +%v: value=%s valid=%v exp=+%v lastAttempt for=%v (quorum %d)", w.at.Sub(released), w.l.Value(), wValid, w.l.Expiration().Sub(released), last.VotesFor, last.QuorumSize)
+		t.Logf("X valid=%v until +%v", xValid, xl.Expiration().Sub(released))
+		for i, p := range f.Peek {
+			t.Logf("node %d: %s=%q pttl=%v", i, key, p.Get(ctx, key).Val(), p.PTTL(ctx, key).Val())
+		}
+		if xValid && wValid {
+			violations++
+			t.Errorf("trial %d: TWO HOLDERS: plain X (%s) and fair W (%s) both Valid; overlap %v", trial, xl.Value(), w.l.Value(),
+				time.Until(w.l.Expiration()))
+			mu.Lock()
+			for _, s := range log {
+				t.Log("  W attempt " + s)
+			}
+			mu.Unlock()
+		}
+		f.Proxies[2].Heal()
+		_, _ = w.l.Release(ctx)
+		_, _ = xl.Release(ctx)
+		hpx[1].Heal()
+	}
+	t.Logf("violations: %d/%d", violations, trials)
+}
+
+// The same with fair clients only: X (fair, began waiting before W) is
+// partitioned from nodes 0 and 1 at first, so it queues on node 2 alone;
+// W cannot reach node 2. H's release: node 0 hands to W, node 2 to X, node 1
+// (slow link) later. W's id on node 0 lapses while W's link to node 0 is
+// down; X, healed towards node 0, is head there (earlier score) and takes
+// nodes 0 and 2 by attempt. Then node 1 hands to W, which claims {0, 1}.
+func TestFairStaleHandOverAllFair(t *testing.T) {
+	f := newProxied(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	violations := 0
+	const trials = 2
+	for trial := range trials {
+		key := fmt.Sprintf("stalefair%d", trial)
+		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
+		X, xpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
+		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
+		require.NoError(t, err)
+		// warm X's pools, then cut X from nodes 0 and 1
+		wl, err := X.Acquire(ctx, []string{key + "warm"}, time.Second)
+		require.NoError(t, err)
+		_, _ = wl.Release(ctx)
+		xpx[0].Set(redistest.Partition)
+		xpx[1].Set(redistest.Partition)
+		type res struct {
+			l   *redlock.Lock
+			err error
+			at  time.Time
+		}
+		xres := make(chan res, 1)
+		xctx, xcancel := context.WithCancel(ctx)
+		go func() {
+			l, err := X.Acquire(xctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0))
+			xres <- res{l, err, time.Now()}
+		}()
+		require.Eventually(t, func() bool { return f.Peek[2].ZCard(ctx, fairQueue(key)).Val() == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		f.Proxies[2].Set(redistest.Partition)
+		wres := make(chan res, 1)
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() {
+			l, err := f.rl.Acquire(wctx, []string{key}, 600*time.Millisecond, redlock.WithRetryCount(-1),
+				redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
+			wres <- res{l, err, time.Now()}
+		}()
+		require.Eventually(t, func() bool {
+			return f.Peek[0].ZCard(ctx, fairQueue(key)).Val() == 1 && f.Peek[1].ZCard(ctx, fairQueue(key)).Val() == 1
+		}, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+
+		const L = 3 * time.Second
+		hpx[1].SetLatency(L, 0)
+		released := time.Now()
+		_, err = hl.Release(ctx)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return f.Peek[0].Get(ctx, key).Val() != hl.Value() }, time.Second, time.Millisecond)
+		time.Sleep(30 * time.Millisecond)
+		f.Proxies[0].Set(redistest.Partition) // W loses node 0 for a while
+		xpx[0].Heal()                         // X reaches node 0 again
+		var x res
+		select {
+		case x = <-xres:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("trial %d: X did not get nodes 0 and 2", trial)
+		}
+		require.NoError(t, x.err)
+		t.Logf("trial %d: X (fair) acquired at +%v, last attempt for %v", trial, x.at.Sub(released), x.l.Attempts()[len(x.l.Attempts())-1].VotesFor)
+		f.Proxies[0].Heal()
+		var w res
+		select {
+		case w = <-wres:
+		case <-time.After(L + time.Second):
+			wcancel()
+			<-wres
+			t.Logf("trial %d: W made no claim-free grant", trial)
+		}
+		wcancel()
+		xcancel()
+		if w.l != nil {
+			att := w.l.Attempts()
+			t.Logf("trial %d: W acquired at +%v, last attempt for=%v; X valid=%v W valid=%v", trial, w.at.Sub(released), att[len(att)-1].VotesFor, x.l.Valid(), w.l.Valid())
+			for i, p := range f.Peek {
+				t.Logf("node %d: %q pttl=%v", i, p.Get(ctx, key).Val(), p.PTTL(ctx, key).Val())
+			}
+			if x.l.Valid() && w.l.Valid() {
+				violations++
+				t.Errorf("trial %d: TWO HOLDERS (fair X %s, fair W %s)", trial, x.l.Value(), w.l.Value())
+			}
+			_, _ = w.l.Release(ctx)
+		}
+		_, _ = x.l.Release(ctx)
+		f.Proxies[2].Heal()
+		xpx[1].Heal()
+		hpx[1].Heal()
+	}
+	t.Logf("violations: %d/%d", violations, trials)
+}
+
+// A waiter that waits for replicas (WithReplicaAck) takes a hand-over with
+// an attempt, which waits for them, never on the announcements alone: the
+// release that hands a resource over is not waited for, and a failover
+// could lose it (a probe lost 8 of 8 such grants to a failover).
+func TestFairReplicaAckTakesHandOverByAttempt(t *testing.T) {
+	g := redistest.StartSentinel(t, 2, 3)
+	opts := []redlock.Option{redlock.WithNodeTimeout(time.Second), redlock.WithReplicaAck(2, 400*time.Millisecond), redlock.WithFairQueue(true)}
+	mk := func() *redlock.Redlock {
+		rl, err := redlock.New([]redis.UniversalClient{g.Client()}, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rl.Close() })
+		return rl
+	}
+	holder, waiter := mk(), mk()
+	ctx := context.Background()
+	h, err := holder.Acquire(ctx, []string{"fairack"}, 10*time.Second)
+	require.NoError(t, err)
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, []string{"fairack"}, 10*time.Second, redlock.WithRetryCount(-1))
+		got <- acquired{l, err}
+	}()
+	require.Eventually(t, func() bool {
+		n, err := g.Client().ZCard(ctx, fairQueue("fairack")).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, time.Millisecond, "the waiter queued")
+	_, err = h.Release(ctx)
+	require.NoError(t, err)
+	w := <-got
+	require.NoError(t, w.err)
+	att := w.l.Attempts()
+	last := att[len(att)-1]
+	assert.Equal(t, []int{0}, last.VotesFor, "granted by an attempt")
+	assert.Equal(t, []int{2}, last.ReplicaAcks, "which both replicas acknowledged")
+	_, err = w.l.Release(ctx)
+	require.NoError(t, err)
+}
