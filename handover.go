@@ -74,14 +74,15 @@ func (p *plan) tag() any {
 }
 
 // handOver passes lock to a waiter of r when cfg (the release's options)
-// allows it, the lock has at least half its ttl left, no extension of it is
-// in flight, and its chain is within bounds. It is called with the release
-// started (life.releasing set) and reports whether the lock was handed over;
-// then lock is released as far as its holder is concerned.
-func (r *Redlock) handOver(lock *Lock, cfg *config, extending bool) bool {
+// allows it, the lock has at least half its ttl left, and its chain is
+// within bounds. It is called with the release started, once no extension
+// is in flight and no earlier release was sent (beginRelease), and reports
+// whether the lock was handed over; then lock is released as far as its
+// holder is concerned.
+func (r *Redlock) handOver(lock *Lock, cfg *config) bool {
 	life := lock.life
 	ttl := time.Duration(life.lastTTL.Load()) // the newest handle's, whichever releases
-	if extending || cfg.handOver == 0 || cfg.fair || ttl == 0 {
+	if cfg.handOver == 0 || cfg.fair || ttl == 0 {
 		return false
 	}
 	if r.wake.Idle() {

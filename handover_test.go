@@ -388,3 +388,33 @@ func TestContendedBadInput(t *testing.T) {
 	_, err := redlock.New(f.Clients, redlock.WithHandOver(-1, 0))
 	assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "New refuses it too")
 }
+
+// A Release that was sent and failed (its deletes may still land) is
+// retried as the doc allows: the retry releases for real, never hands over
+// a lock that may be gone. (A probe handed it over, and the deletes landed
+// under the new holder.)
+func TestHandOverNotAfterAFailedRelease(t *testing.T) {
+	f := newProxied(t, 3, redlock.WithHandOver(16, time.Minute))
+	ctx := context.Background()
+	a, err := f.rl.Acquire(ctx, []string{"rr"}, 10*time.Second)
+	require.NoError(t, err)
+	for _, p := range f.Proxies {
+		p.SetLatency(300*time.Millisecond, 0) // the deletes reach the nodes late
+	}
+	_, err = a.Release(ctx, redlock.WithRetryCount(0), redlock.WithNodeTimeout(20*time.Millisecond))
+	require.Error(t, err)
+	for _, p := range f.Proxies {
+		p.SetLatency(0, 0)
+	}
+	b := handWait(f.rl, "rr", 10*time.Second, redlock.WithRetryDelay(20*time.Millisecond))
+	handQueued(t, f.rl, "rr", 1)
+	res, err := a.Release(ctx) // the retry
+	if err == nil {
+		assert.False(t, res.HandedOver, "a release was sent before: no hand-over")
+	}
+	got := <-b
+	require.NoError(t, got.err)
+	assert.NotEqual(t, a.Value(), got.l.Value(), "a new grant")
+	_, err = got.l.Release(ctx)
+	require.NoError(t, err)
+}

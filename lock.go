@@ -172,13 +172,14 @@ func (lf *lockLife) endExtend(cut int64) {
 	}
 }
 
-// beginRelease marks the release started and reports whether an extension
-// is in flight.
-func (lf *lockLife) beginRelease() (extending bool) {
+// beginRelease marks the release started and reports whether the lock may
+// be handed over: no extension in flight, and no release sent before (its
+// deletes may still land).
+func (lf *lockLife) beginRelease() (handable bool) {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
-	lf.releasing.Store(true)
-	return lf.extends > 0
+	again := lf.releasing.Swap(true)
+	return lf.extends == 0 && !again
 }
 
 // extendedTo records a new handle's expiration.

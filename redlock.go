@@ -310,8 +310,8 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 	if life.released.Load() {
 		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
 	}
-	extending := life.beginRelease() // before anything is sent; see Valid
-	if r.handOver(lock, cfg, extending) {
+	handable := life.beginRelease() // before anything is sent; see Valid
+	if handable && r.handOver(lock, cfg) {
 		return r.released(lock, cfg, &ExecutionResult{Start: time.Now(), HandedOver: true}), nil
 	}
 	ended := ctx.Err()
