@@ -117,6 +117,7 @@ type lockLife struct {
 	// that may shorten it is out.
 	mu      sync.Mutex
 	extends int
+	handed  bool // a Release handed it over, under mu
 	// cut is the earliest cut of any handle (see Lock.cut), in Unix ns; 0
 	// when none.
 	cut atomic.Int64
@@ -172,14 +173,24 @@ func (lf *lockLife) endExtend(cut int64) {
 	}
 }
 
-// beginRelease marks the release started and reports whether the lock may
-// be handed over: no extension in flight, and no release sent before (its
-// deletes may still land).
-func (lf *lockLife) beginRelease() (handable bool) {
+// startRelease marks lock's release started, and hands the lock over when
+// it may (see handOver): with no extension in flight, and no release sent
+// before (its deletes may still land). before reports that another Release
+// of the lock handed it over already: this one must send nothing, as the
+// value is the new holder's.
+func (r *Redlock) startRelease(lock *Lock, cfg *config) (handed, before bool) {
+	lf := lock.life
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
+	if lf.handed {
+		return false, true
+	}
 	again := lf.releasing.Swap(true)
-	return lf.extends == 0 && !again
+	if lf.extends > 0 || again || lf.released.Load() || !r.handOver(lock, cfg) {
+		return false, false
+	}
+	lf.handed = true
+	return true, false
 }
 
 // extendedTo records a new handle's expiration.

@@ -307,11 +307,11 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *o
 		return nil, err
 	}
 	life := lock.life
-	if life.released.Load() {
+	handed, before := r.startRelease(lock, cfg) // before anything is sent; see Valid
+	if life.released.Load() || before {
 		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
 	}
-	handable := life.beginRelease() // before anything is sent; see Valid
-	if handable && r.handOver(lock, cfg) {
+	if handed {
 		return r.released(lock, cfg, &ExecutionResult{Start: time.Now(), HandedOver: true}), nil
 	}
 	ended := ctx.Err()
