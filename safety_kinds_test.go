@@ -302,19 +302,24 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 
 var safetyKindRounds = flag.Int("safety.kinds.rounds", 2, "rounds of the fault schedule TestSafetyKinds runs (RELIABILITY.md figures: 2 in .ci/run)")
 
-// TestSafetyKinds runs the semaphore and read-write workers through the
-// fault schedule, safetyKindRounds times, and counts what the witness
-// sees. It must count no holder over the bound and no writer beside
-// anyone.
+// TestSafetyKinds runs the semaphore and read-write workers, and the
+// contended hand-over workers (safety_handover_test.go), through the fault
+// schedule and then the hand-over phases, safetyKindRounds times, and
+// counts what the witnesses see. It must count no holder over the bound,
+// no writer beside anyone, no two holders of a lock at once and no token
+// out of order; and the hand-over phases must hand locks over.
 //
 //	go test -run '^TestSafetyKinds$' -count=1 -v . -safety.kinds.rounds 10
 func TestSafetyKinds(t *testing.T) {
 	redistest.Require(t)
 	h := &harness{Fixture: redistest.New(t, redistest.Setup{Nodes: safetyNodes, Proxied: true})}
+	phases := append(slices.Clone(schedule), handOverPhases...)
 	var current atomic.Int32
-	k := startKinds(t, h, len(schedule), func() int { return int(current.Load()) })
+	phase := func() int { return int(current.Load()) }
+	hw := startHandOver(h, len(phases), phase)
+	k := startKinds(t, h, len(phases), phase)
 	for range *safetyKindRounds {
-		for i, p := range schedule {
+		for i, p := range phases {
 			current.Store(int32(i))
 			if p.start != nil {
 				p.start(h)
@@ -328,15 +333,36 @@ func TestSafetyKinds(t *testing.T) {
 	for _, err := range k.end() {
 		t.Error(err)
 	}
-	names := make([]string, len(schedule))
-	for i, p := range schedule {
+	for _, err := range hw.end() {
+		t.Error(err)
+	}
+	names := make([]string, len(phases))
+	for i, p := range phases {
 		names[i] = p.name
 	}
 	t.Log("\n" + k.table(names))
+	t.Log("\n" + hw.table(names))
 	permits, over, reads, writes, rw := k.totals()
 	assert.Zero(t, over, "permit holders over the bound of %d", safetyPermits)
 	assert.Zero(t, rw, "read-write violations")
 	assert.NotZero(t, permits, "permit sections")
 	assert.NotZero(t, reads, "shared sections")
 	assert.NotZero(t, writes, "exclusive sections")
+
+	all, own := hw.totals()
+	assert.Zero(t, all.violations, "mutual-exclusion violations of the hand-over workers")
+	assert.Zero(t, all.tokenViol, "fencing-token violations of the hand-over workers")
+	assert.Zero(t, all.longer, "hand-overs whose receiver's lock expires after the releaser's would have")
+	assert.NotZero(t, all.usingSections, "hand-over workers' sections under Using")
+	assert.NotZero(t, all.fenced, "hand-over workers' fenced sections")
+	assert.NotZero(t, all.fair, "hand-over workers' sections of the fair queue")
+	if *safetyKindRounds > 0 {
+		for i, p := range handOverPhases {
+			hs := hw.stats[len(schedule)+i]
+			assert.NotZero(t, hs.sections, "sections in phase %q", p.name)
+			assert.NotZero(t, hs.handedOver, "Releases that handed over in phase %q", p.name)
+		}
+		assert.NotZero(t, own.received, "grants received by a hand-over in the hand-over phases")
+		assert.NotZero(t, own.ghosts, "ghost waiters put first in the queues")
+	}
 }

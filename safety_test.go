@@ -97,6 +97,13 @@ type harness struct {
 	// cancelEarly makes the even workers acquire with a ctx that ends 0-20ms
 	// in: a call cut short while its writes may still land.
 	cancelEarly atomic.Bool
+	// hand is TestSafetyKinds' hand-over workers, whose phases
+	// (handOverPhases) drive their faults; nil in TestSafety.
+	hand *handWorkers
+	// killedAt and restartedAt are when a node was last killed (called
+	// with restartAfter right after the kill) and restarted empty, in
+	// Unix ns: its fencing counters were lost in between.
+	killedAt, restartedAt atomic.Int64
 }
 
 func (h *harness) cutter(p *redistest.Proxy, every time.Duration) {
@@ -119,11 +126,13 @@ func (h *harness) cutter(p *redistest.Proxy, every time.Duration) {
 func (h *harness) stopCutter() { close(h.cutStop); <-h.cutDone }
 
 func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
+	h.killedAt.Store(time.Now().UnixNano())
 	h.restart = make(chan struct{})
 	go func() {
 		defer close(h.restart)
 		time.Sleep(d)
 		nd.Restart()
+		h.restartedAt.Store(time.Now().UnixNano())
 	}()
 }
 
