@@ -230,6 +230,8 @@ func TestSafety(t *testing.T) {
 	var inside [safetyKeys]atomic.Pointer[holder]
 	var last [safetyKeys]atomic.Int32      // the worker that held it last
 	var topToken [safetyKeys]atomic.Uint64 // the highest token that started a section
+	var topAt [safetyKeys]atomic.Int64     // when it did (Unix ns)
+	var afterLoss atomic.Int32             // token violations after a node lost its counters (not counted)
 
 	var wg sync.WaitGroup
 	for w := range safetyWorkers {
@@ -274,12 +276,21 @@ func TestSafety(t *testing.T) {
 				tokenViolation := false
 				if tok := lock.Token(); tok != 0 {
 					for {
-						top := topToken[k].Load()
+						top, at := topToken[k].Load(), topAt[k].Load()
 						if tok <= top {
-							tokenViolation = true
+							// The documented limit (RELIABILITY.md, "Tokens
+							// and data loss"): the top token's write-back
+							// reached a bare quorum, one of whose nodes was
+							// killed and came back empty since.
+							if at < h.killedAt.Load() && h.killedAt.Load() < h.restartedAt.Load() {
+								afterLoss.Add(1)
+							} else {
+								tokenViolation = true
+							}
 							break
 						}
 						if topToken[k].CompareAndSwap(top, tok) {
+							topAt[k].Store(time.Now().UnixNano())
 							break
 						}
 					}
@@ -381,6 +392,7 @@ func TestSafety(t *testing.T) {
 	}
 	assert.Zero(t, violations, "mutual-exclusion violations")
 	assert.Zero(t, tokenViolations, "fencing-token violations")
+	t.Logf("tokens at or below one granted before a node was killed and came back empty (RELIABILITY.md, \"Tokens and data loss\"; not counted above): %d", afterLoss.Load())
 	assert.Greater(t, fencedSections, target/4, "fenced critical sections")
 	assert.GreaterOrEqual(t, total.Load(), int64(target))
 	assert.Zero(t, overlaps, "leader overlaps (two leaders of one election at once)")
