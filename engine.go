@@ -55,6 +55,10 @@ type run struct {
 	// queue's call on one resource; see fair.go).
 	queuedAt   []time.Time
 	queuedNode []int64
+	// splits counts the fair call's failed attempts in a row that some
+	// node voted for, since splitSince (see unsplit).
+	splits     int
+	splitSince time.Time
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -123,6 +127,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if e := c.judge(p, st, as); e != nil {
 			return c.fail(p, e)
 		}
+		c.unsplit(p, st)
 		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
 			if c.handedOver(p) { // handed over during the last attempt
 				return c.o

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -183,4 +184,35 @@ func (c *run) handedByNodes(p *plan) bool {
 	id := queueID(p.queue)
 	c.o.value, c.o.handed, c.o.tries = id, &handOff{value: id, until: until, since: time.Now()}, c.tries
 	return true
+}
+
+// unsplit ends a split of the nodes between waiters of the fair queue. A
+// node missing a waiter from its queue (it was down when the waiter queued,
+// or lost its data) may hand a resource to a later waiter than its peers
+// do; each waiter then keeps what it was handed, and its attempts renew it,
+// so that none may reach a quorum. A waiter whose attempts got votes for
+// but no quorum, three times in a row and for a third of its liveness,
+// leaves the queues (handing on what it holds) and queues again at its
+// next attempt, with the score it had: its place comes back wherever it was
+// missing. Announcements heard before it left no longer count: each node
+// must answer "queued" again first.
+func (c *run) unsplit(p *plan, st ExecutionStats) {
+	if p.queue == "" {
+		return
+	}
+	if len(st.VotesFor) == 0 {
+		c.splits, c.splitSince = 0, time.Time{}
+		return
+	}
+	if c.splits++; c.splits == 1 {
+		c.splitSince = time.Now()
+	}
+	if c.splits < 3 || time.Since(c.splitSince) < p.live/3 {
+		return
+	}
+	c.r.leave(c.ctx, c.cfg, p)
+	for i := range c.queuedNode {
+		c.queuedNode[i] = math.MaxInt64
+	}
+	c.splits, c.splitSince = 0, time.Time{}
 }

@@ -315,3 +315,50 @@ func TestFairReplicaAckTakesHandOverByAttempt(t *testing.T) {
 	_, err = w.l.Release(ctx)
 	require.NoError(t, err)
 }
+
+// A release that hands the resource to different waiters on different
+// nodes (nodes missing some waiters from their queues) splits the nodes
+// between them; none reaches a quorum, and each renews what it was handed.
+// The split ends: a waiter split for a third of a second leaves and queues
+// again in its place. (A harness run found waiters split for 8 s.)
+func TestFairSplitEnds(t *testing.T) {
+	f := newNodes(t, 5, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "split"
+	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
+	require.NoError(t, err)
+	got := make(chan acquired, 3)
+	for i := range 3 {
+		w, _ := candidate(t, f, redlock.WithFairQueue(true))
+		go func() {
+			nl, err := w.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+			got <- acquired{nl, err}
+		}()
+		queuedOnNodes(t, f, key, int64(i+1))
+	}
+	members := f.Peek[0].ZRange(ctx, fairQueue(key), 0, -1).Val()
+	require.Len(t, members, 3)
+	// The first waiter missing on nodes 2-4, the second on node 4: the
+	// release hands nodes 0-1, 2-3 and 4 to three different waiters.
+	for i, gone := range map[int][]string{2: members[:1], 3: members[:1], 4: members[:2]} {
+		for _, m := range gone {
+			require.NoError(t, f.Peek[i].ZRem(ctx, fairQueue(key), m).Err())
+			require.NoError(t, f.Peek[i].ZRem(ctx, "redlock:qlive:{"+key+"}:"+key, m).Err())
+		}
+	}
+	released := time.Now()
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	t.Logf("handed to %v", f.holders(t, key))
+	for range 3 {
+		select {
+		case g := <-got:
+			require.NoError(t, g.err)
+			t.Logf("a waiter got the lock %v after the release", time.Since(released))
+			_, err := g.l.Release(ctx)
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the waiters are still split %v after the release", time.Since(released))
+		}
+	}
+}
