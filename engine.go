@@ -276,7 +276,14 @@ func (c *run) pause(p *plan, split bool) slept {
 // call took it (see handover.go).
 func (c *run) handedOver(p *plan) bool {
 	off, _ := c.r.wake.Take(c.wt).(*handOff)
-	if off == nil || !c.takeOver(p, off) {
+	if off == nil {
+		return false
+	}
+	if !c.takeOver(p, off) {
+		// The hand-over took it out of the queue: it waits again, at the
+		// back of the queue.
+		c.r.wake.Leave(c.wt, false)
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
 		return false
 	}
 	c.o.tries = c.tries

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // handQueued waits until n Acquires of rl queue for key.
@@ -417,4 +418,43 @@ func TestHandOverNotAfterAFailedRelease(t *testing.T) {
 	assert.NotEqual(t, a.Value(), got.l.Value(), "a new grant")
 	_, err = got.l.Release(ctx)
 	require.NoError(t, err)
+}
+
+// A fenced hand-over whose token cannot reach a quorum (two of three nodes
+// partitioned) is not taken: the waiter never holds a lock with the old
+// token, and it waits again, in the queue, so that the next release hands
+// it the lock. (A probe found it out of the queue for good, waiting out its
+// retry delay while the resource was free.)
+func TestHandOverFencedTokenFailsWaiterQueuesAgain(t *testing.T) {
+	f := newProxied(t, 3, redlock.WithFencing(true))
+	ctx := context.Background()
+	a, err := f.rl.Acquire(ctx, []string{"fwb"}, time.Second)
+	require.NoError(t, err)
+	b := handWait(f.rl, "fwb", time.Second)
+	handQueued(t, f.rl, "fwb", 1)
+	f.Proxies[1].Set(redistest.Partition)
+	f.Proxies[2].Set(redistest.Partition)
+	res, err := a.Release(ctx)
+	require.NoError(t, err)
+	require.True(t, res.HandedOver)
+	handQueued(t, f.rl, "fwb", 1) // its token was not written: it waits again
+	select {
+	case got := <-b:
+		t.Fatalf("the waiter returned %v with token %d", got.err, got.l.Token())
+	default:
+	}
+	f.Proxies[1].Set(redistest.Healthy)
+	f.Proxies[2].Set(redistest.Healthy)
+	// The deletes held for the partitioned nodes go out, and their
+	// announcements wake the waiter (its retry delay is an hour): it is in
+	// the queue again.
+	select {
+	case got := <-b:
+		require.NoError(t, got.err)
+		assert.Greater(t, got.l.Token(), a.Token(), "a new grant")
+		_, err = got.l.Release(ctx)
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter is not woken: out of the queue")
+	}
 }
