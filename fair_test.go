@@ -110,7 +110,12 @@ func TestFairQueueDeadHead(t *testing.T) {
 	released := time.Now()
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, []string{ghost, ghost, ghost}, f.holders(t, key), "handed to the head of the queue")
+	// (A release returns at its quorum: the last node's hand-over may be a
+	// moment behind.)
+	assert.Eventually(t, func() bool {
+		h := f.holders(t, key)
+		return h[0] == ghost && h[1] == ghost && h[2] == ghost
+	}, 500*time.Millisecond, time.Millisecond, "handed to the head of the queue on every node")
 	select {
 	case g := <-got:
 		require.NoError(t, g.err)
