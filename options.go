@@ -366,7 +366,7 @@ func WithShared(on bool) Option {
 // must be positive. Only exclusive locks are handed over, and not with
 // [WithFairQueue], whose queue decides who is next. Default: on, 16 in a
 // row within 100ms: under contention in one process, the lock is busy
-// nearly all the time (95% against 69% without, in benchmarks/README.md),
+// nearly all the time (94% against 65% without, in benchmarks/README.md),
 // and a waiter elsewhere waits at most 100ms more than it would have.
 func WithHandOver(max int, window time.Duration) Option {
 	return func(c *config) { c.handOver, c.handOverWindow = max, window }
