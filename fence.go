@@ -61,6 +61,16 @@ func fencedAcquirePlan(resources []string, ttl time.Duration) *plan {
 	return p
 }
 
+// fencedExtendPlan extends a fenced lock (token) as extendPlan does, and
+// raises its counters to the token on every node it extends, so that a
+// node that lost them (restarted empty) has them again.
+func fencedExtendPlan(resources []string, value string, token uint64, until time.Time, ttl time.Duration) *plan {
+	p := extendPlan(resources, value, until, ttl)
+	p.s, p.keys = script.FencedExtend, fencedKeys(resources)
+	p.args = append(p.args, strconv.FormatUint(token, 10))
+	return p
+}
+
 // writeBack runs a fenced acquire's second round, after its first (st, as)
 // reached a quorum: it writes the token, 1 + the highest counter among the
 // nodes that voted for, back to every node. It returns the attempt's

@@ -296,6 +296,9 @@ func (l *Lock) extendPlan(ttl time.Duration) *plan {
 	if l.queue != "" {
 		return fairExtendPlan(l.resources, l.value, l.queue, l.until(), ttl)
 	}
+	if l.kind.exclusive() && l.token != 0 {
+		return fencedExtendPlan(l.resources, l.value, l.token, l.until(), ttl)
+	}
 	if l.kind.exclusive() {
 		return extendPlan(l.resources, l.value, l.until(), ttl)
 	}

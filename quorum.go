@@ -191,10 +191,21 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 // is about to send it, and records the answer. A release is always sent (it
 // only ever deletes our own value), and so is a fenced acquire's write-back
 // unless its round failed (it only ever raises counters where our lock is,
-// and a node that takes it after the quorum catches up). An acquire or
-// extend is not sent once its attempt failed (acquire) or was decided
-// (extend), its caller's ctx ended, or its deadline passed: nothing is
-// written, so nothing needs cleaning.
+// and a node that takes it after the quorum catches up).
+//
+// An acquire or extend whose attempt was won is sent too, whatever its
+// caller's ctx or the attempt's deadline: nobody waits for that vote any
+// more, but the lock needs the write. A lock decided at a quorum that kept
+// the nodes it had not reached yet without its write (the extension's ttl,
+// or the key itself) would run on a bare quorum, and the next single fault
+// would lose it (issue 31: one extension in seven missed a node). The write
+// is the lock's own value, on a node where the quorum holds it: it can only
+// make the lock last longer there, never give it to two holders.
+//
+// An acquire or extend is not sent once its attempt failed (a lost vote, or
+// an acquire whose writes are being released), nor while undecided once its
+// caller's ctx ended or its deadline passed (the attempt is abandoned):
+// nothing is written, so nothing needs cleaning.
 func (as *attemptState) sending(i int) bool {
 	nc := &as.nodes[i]
 	// Sent until shown otherwise, before the checks: releaseWrites sets
@@ -209,10 +220,15 @@ func (as *attemptState) sending(i int) bool {
 	}
 	var why error
 	switch out := as.outcome.Load(); {
-	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost, as.op == OpExtend && out != undecided:
+	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost:
 		nc.voted.Store(true) // nobody waits for this vote any more
 		as.skip(i)
 		return false
+	case out == attemptWon:
+		// The lock's write: see above. Its answer is counted by nobody
+		// (the collector has returned), but a semaphore's stray permits
+		// are still released (answer).
+		return true
 	case as.ctx.Err() != nil:
 		why = as.ctx.Err()
 	case !time.Now().Before(as.deadline):

@@ -126,14 +126,19 @@ return count
 )
 
 // fairExtendSrc is extendSrc for a lock of the fair queue, whose resources
-// hold its value or its id (ARGV[3]).
+// hold its value or its id (ARGV[3]), or nothing: a missing key is written
+// again with the value, as extendSrc does.
 const fairExtendSrc = `
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
-  if v ~= ARGV[1] and v ~= ARGV[3] then return 0 end
+  if v and v ~= ARGV[1] and v ~= ARGV[3] then return 0 end
 end
 for _, key in ipairs(KEYS) do
-  redis.call("pexpire", key, ARGV[2])
+  if redis.call("get", key) then
+    redis.call("pexpire", key, ARGV[2])
+  else
+    redis.call("set", key, ARGV[1], "PX", ARGV[2])
+  end
 end
 return #KEYS
 `

@@ -76,13 +76,20 @@ return #KEYS
 `
 
 	// extendSrc resets the ttl to ARGV[2] from now (it does not add to what
-	// is left) when every key still holds this lock's value.
+	// is left) when every key holds this lock's value or nothing, and writes
+	// the value again where a key is missing: a node that restarted empty,
+	// or that a slower extension (or the acquire) had not reached, takes the
+	// lock back, so that a lock held through a rolling restart keeps its
+	// spread instead of eroding node by node. A key that holds another value
+	// makes it write nothing on the node (see "Extensions restore" in the
+	// package doc for why restoring cannot make two holders).
 	extendSrc = `
 for _, key in ipairs(KEYS) do
-  if redis.call("get", key) ~= ARGV[1] then return 0 end
+  local v = redis.call("get", key)
+  if v and v ~= ARGV[1] then return 0 end
 end
 for _, key in ipairs(KEYS) do
-  redis.call("pexpire", key, ARGV[2])
+  redis.call("set", key, ARGV[1], "PX", ARGV[2])
 end
 return #KEYS
 `
@@ -174,6 +181,34 @@ end
 return n
 `
 
+	// fencedExtendSrc is extendSrc for a fenced lock: KEYS are the
+	// resources, then their counters; ARGV the value, the ttl, the lock's
+	// token. Where it extends (or restores) the lock, each counter becomes
+	// max(counter, token), so that a node that lost its counters in a
+	// restart has them back at the lock's next extension, and a later
+	// lock's token is drawn above this one there too.
+	fencedExtendSrc = `
+local n = #KEYS / 2
+for i = 1, n do
+  local v = redis.call("get", KEYS[i])
+  if v and v ~= ARGV[1] then return 0 end
+end
+local t = tonumber(ARGV[3])
+for i = n + 1, #KEYS do
+  local c = redis.call("get", KEYS[i])
+  if c and not tonumber(c) then
+    return redis.error_reply("` + BadCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
+  end
+end
+for i = 1, n do
+  redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+for i = n + 1, #KEYS do
+  if tonumber(redis.call("get", KEYS[i]) or "0") < t then redis.call("set", KEYS[i], ARGV[3]) end
+end
+return n
+`
+
 	// releaseShardedSrc is releaseSrc for a Redis Cluster: each freed key
 	// is announced with SPUBLISH (sharded pub/sub, which stays on the
 	// key's shard instead of crossing the whole cluster bus) on its own
@@ -229,6 +264,7 @@ var (
 	Cleanup        = newScript(cleanupSrc)
 	FencedAcquire  = &Script{Src: fencedAcquireSrc, Hash: newScript(fencedAcquireSrc).Hash, Counter: true}
 	WriteBack      = newScript(writeBackSrc)
+	FencedExtend   = newScript(fencedExtendSrc)
 )
 
 // Reply is what a script answered, read.
@@ -320,16 +356,18 @@ return ""
 `
 )
 
-// electExtendSrc extends a term: extendSrc for the election's lock key,
-// which also writes the term's record (value:term:id) and raises the
-// counter where they lag or are missing, and announces the term on
-// ElectedChannel where it wrote the record. A term's first extension, right
-// after its grant, records it; the later ones mend a node that missed it or
-// lost it. KEYS: the lock key, its counter, its record; ARGV the value, the
-// ttl, the term, the id. It answers 1 when it extended, else 0.
+// electExtendSrc extends a term: extendSrc for the election's lock key
+// (which it writes again where it is missing, as extendSrc does), which also
+// writes the term's record (value:term:id) and raises the counter where they
+// lag or are missing, and announces the term on ElectedChannel where it
+// wrote the record. A term's first extension, right after its grant,
+// records it; the later ones mend a node that missed it or lost it. KEYS:
+// the lock key, its counter, its record; ARGV the value, the ttl, the term,
+// the id. It answers 1 when it extended, else 0.
 const electExtendSrc = `
-if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call("pexpire", KEYS[1], ARGV[2])
+local v = redis.call("get", KEYS[1])
+if v and v ~= ARGV[1] then return 0 end
+redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
 local rec = ARGV[1] .. ":" .. ARGV[3] .. ":" .. ARGV[4]
 if redis.call("get", KEYS[3]) ~= rec then
   redis.call("set", KEYS[3], rec)
@@ -446,21 +484,28 @@ return out
 
 	// permitExtendSrc sets the ttl of the permits a lock holds: KEYS as
 	// permitAcquireSrc's, ARGV the value, the ttl, n, then the permit of
-	// each resource. All or nothing, as extendSrc; the marker lives at
-	// least as long as every permit.
+	// each resource. All or nothing, as extendSrc: a permit key that is
+	// missing is written again (a node that restarted empty) when the
+	// resource is free or a semaphore of the same n; one held by another
+	// value, or a resource held by another kind, makes it write nothing.
+	// The marker lives at least as long as every permit.
 	permitExtendSrc = `
 local n = tonumber(ARGV[3])
 local m = #KEYS / (n + 1)
+local marker = "` + PermitsMarker + `" .. ARGV[3]
 for r = 0, m - 1 do
-  if redis.call("get", KEYS[r * (n + 1) + 1 + tonumber(ARGV[4 + r])]) ~= ARGV[1] then return 0 end
+  local b = r * (n + 1)
+  local v = redis.call("get", KEYS[b + 1 + tonumber(ARGV[4 + r])])
+  if v and v ~= ARGV[1] then return 0 end
+  local mk = redis.call("get", KEYS[b + 1])
+  if mk and mk ~= marker then return 0 end
 end
 local ttl = tonumber(ARGV[2])
 for r = 0, m - 1 do
   local b = r * (n + 1)
-  redis.call("pexpire", KEYS[b + 1 + tonumber(ARGV[4 + r])], ttl)
-  local v = redis.call("get", KEYS[b + 1])
-  if (not v or v == "` + PermitsMarker + `" .. ARGV[3]) and redis.call("pttl", KEYS[b + 1]) < ttl then
-    redis.call("set", KEYS[b + 1], "` + PermitsMarker + `" .. ARGV[3], "PX", ttl)
+  redis.call("set", KEYS[b + 1 + tonumber(ARGV[4 + r])], ARGV[1], "PX", ttl)
+  if redis.call("pttl", KEYS[b + 1]) < ttl then
+    redis.call("set", KEYS[b + 1], marker, "PX", ttl)
   end
 end
 return m
@@ -549,18 +594,26 @@ return #KEYS / 2
 `
 
 	// sharedExtendSrc sets the ttl of a shared lock's readers: KEYS as
-	// sharedAcquireSrc's, ARGV the value and the ttl. All or nothing.
+	// sharedAcquireSrc's, ARGV the value and the ttl. All or nothing. A
+	// reader that is missing (a node that restarted empty, or whose entry
+	// lapsed) is added again where the resource is free or a shared lock
+	// (a writer's waiting mark included: the reader held it already); an
+	// exclusive lock or a semaphore there makes it write nothing.
 	sharedExtendSrc = nowLua + `
 for i = 1, #KEYS, 2 do
   local v = redis.call("get", KEYS[i])
-  local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
-  if not s or tonumber(s) <= now or not v or string.sub(v, 1, 14) ~= "` + SharedMarker + `" then return 0 end
+  if v and string.sub(v, 1, 14) ~= "` + SharedMarker + `" then return 0 end
 end
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS, 2 do
   redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
   if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
-  if redis.call("pttl", KEYS[i]) < ttl then redis.call("pexpire", KEYS[i], ttl) end
+  local pt = redis.call("pttl", KEYS[i])
+  if pt == -2 then
+    redis.call("set", KEYS[i], "` + SharedMarker + `", "PX", ttl)
+  elseif pt < ttl then
+    redis.call("pexpire", KEYS[i], ttl)
+  end
 end
 return #KEYS / 2
 `

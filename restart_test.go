@@ -1,0 +1,182 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+)
+
+// Extensions restore what a node lost (issue 31): a lock held through a
+// rolling restart of every node, each one stopped, kept down for longer than
+// the ttl (the delayed-restart rule) and started again empty, is kept, of
+// every kind. Before, an extension only reset the ttl where the key still
+// held the lock's value, so a node that came back empty voted against for
+// good and the lock was lost when the second node went down, in every run.
+
+// rollingTTL is the ttl of the locks held through the rolling restart; each
+// node is down for rollingTTL + 300 ms.
+const rollingTTL = time.Second
+
+// rollNodes restarts f's nodes one at a time: each killed, kept down for
+// rollingTTL + 300 ms, started again empty, and left up for up before the
+// next one goes down. At most one node is down at any time.
+func rollNodes(t *testing.T, f *fixture, up time.Duration) {
+	t.Helper()
+	for i, nd := range f.Nodes {
+		nd.Kill()
+		time.Sleep(rollingTTL + 300*time.Millisecond)
+		nd.Restart()
+		t.Logf("node %d back, empty", i)
+		time.Sleep(up)
+	}
+}
+
+// TestRollingRestartKeepsEveryKind holds a lock of each kind under Using,
+// and an election's term, through a rolling restart of all three nodes, and
+// checks that none was lost and that each is back on every node.
+func TestRollingRestartKeepsEveryKind(t *testing.T) {
+	f := newNodes(t, 3, fast...)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	kinds := []struct {
+		name string
+		opts []redlock.Option
+	}{
+		{"plain", nil},
+		{"fenced", []redlock.Option{redlock.WithFencing(true)}},
+		{"permits", []redlock.Option{redlock.WithPermits(2)}},
+		{"shared", []redlock.Option{redlock.WithShared(true)}},
+		{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
+	}
+	var wg sync.WaitGroup
+	held := make(chan string, len(kinds)+1)
+	errs := make([]error, len(kinds)+1)
+	tokens := make([]uint64, len(kinds))
+	for i, k := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.rl.Using(ctx, []string{"roll:" + k.name}, rollingTTL, func(ctx context.Context) error {
+				tokens[i], _ = redlock.TokenFrom(ctx)
+				held <- k.name
+				<-ctx.Done()
+				if errors.Is(context.Cause(ctx), redlock.ErrExtensionFailed) {
+					return context.Cause(ctx)
+				}
+				return nil
+			}, k.opts...)
+		}()
+	}
+	el := f.rl.Election("roll")
+	wg.Add(1)
+	var term *redlock.Term
+	go func() {
+		defer wg.Done()
+		errs[len(kinds)] = el.Lead(ctx, "candidate-1", rollingTTL, func(ctx context.Context) error {
+			term = nil
+			held <- "term"
+			<-ctx.Done()
+			if errors.Is(context.Cause(ctx), redlock.ErrExtensionFailed) {
+				return context.Cause(ctx)
+			}
+			return nil
+		})
+	}()
+	for range len(kinds) + 1 {
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the locks were not all taken within 10 s")
+		}
+	}
+	_ = term
+
+	rollNodes(t, f, 1500*time.Millisecond)
+
+	// Every lock is back on every node.
+	for _, k := range kinds {
+		key := "roll:" + k.name
+		for node := range 3 {
+			switch k.name {
+			case "permits":
+				assert.NotEmpty(t, f.Get(t, node, key), "the semaphore's marker of %s on node %d after the rolling restart", key, node)
+			case "shared":
+				n, err := f.Peek[node].ZCard(context.Background(), "redlock:readers:{"+key+"}:"+key).Result()
+				require.NoError(t, err)
+				assert.EqualValues(t, 1, n, "readers of %s on node %d after the rolling restart", key, node)
+			default:
+				assert.NotEmpty(t, f.Get(t, node, key), "%s on node %d after the rolling restart", key, node)
+			}
+		}
+	}
+	// The fenced lock's counter is back on every node, at its token.
+	for node := range 3 {
+		c := f.Get(t, node, redlock.FenceKey("roll:fenced"))
+		assert.Equal(t, fmt.Sprint(tokens[1]), c, "the fencing counter of roll:fenced on node %d", node)
+	}
+	stop()
+	wg.Wait()
+	for i, err := range errs {
+		name := "term"
+		if i < len(kinds) {
+			name = kinds[i].name
+		}
+		assert.NoError(t, err, "%s: lost during the rolling restart", name)
+	}
+}
+
+// TestRestartedNodeVotesAtItsFirstCall: with node 2 down, node 1 restarted
+// empty must vote for at its first call after it is back, or nothing has a
+// quorum: the extension of a lock it lost (which writes the lock back
+// there), then a try-lock of a new one.
+func TestRestartedNodeVotesAtItsFirstCall(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"first-vote"}, 5*time.Second)
+	require.NoError(t, err)
+	f.Nodes[2].Kill()
+	f.Nodes[1].Restart()
+	l, err = l.Extend(ctx, 5*time.Second)
+	require.NoError(t, err, "Extend with node 1 just restarted empty and node 2 down")
+	assert.Equal(t, l.Value(), f.Get(t, 1, "first-vote"), "node 1 after the extension")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+
+	f.Nodes[1].Restart()
+	_, err = f.rl.Acquire(ctx, []string{"first-vote-2"}, 5*time.Second, redlock.WithRetryCount(0))
+	require.NoError(t, err, "try-lock with node 1 just restarted empty and node 2 down")
+}
+
+// TestExtendNeverOverwritesAnotherHolder: an extension that finds its key
+// held by another value writes nothing on that node, and a quorum of such
+// nodes ends the lock.
+func TestExtendNeverOverwritesAnotherHolder(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"a", "b"}, 5*time.Second)
+	require.NoError(t, err)
+	// Node 0: b taken by another after a restart; node 1: both lost.
+	f.Nodes[0].Restart()
+	f.Nodes[1].Restart()
+	f.Set(t, 0, "b", "other", 5*time.Second)
+	l, err = l.Extend(ctx, 5*time.Second)
+	require.NoError(t, err, "nodes 1 and 2 are a quorum")
+	assert.Empty(t, f.Get(t, 0, "a"), "node 0: all or nothing, a is not written where b is another's")
+	assert.Equal(t, "other", f.Get(t, 0, "b"))
+	assert.Equal(t, l.Value(), f.Get(t, 1, "a"))
+	assert.Equal(t, l.Value(), f.Get(t, 1, "b"))
+	// Another value on a quorum: lost for good.
+	f.Set(t, 1, "a", "other", 5*time.Second)
+	_, err = l.Extend(ctx, 5*time.Second)
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	assert.Equal(t, "other", f.Get(t, 1, "a"))
+}
