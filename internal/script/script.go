@@ -4,8 +4,6 @@
 package script
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -250,9 +248,10 @@ type Script struct {
 	Announces bool
 }
 
+// newScript makes the script of src, with the hash go generate wrote for
+// it in hashes_gen.go: no SHA-1 is computed at run time (see hashes.go).
 func newScript(src string) *Script {
-	sum := sha1.Sum([]byte(src))
-	return &Script{Src: src, Hash: hex.EncodeToString(sum[:])}
+	return &Script{Src: src, Hash: hashes[src]}
 }
 
 // The scripts.

@@ -1,0 +1,218 @@
+// Command gen writes the SHA-1 of each of package script's Lua sources to
+// hashes_gen.go, and the list of the scripts it found to
+// hashes_gen_test.go, so that the package computes no SHA-1 when it runs
+// (GODEBUG=fips140=only forbids it: see hashes.go). Run it with
+//
+//	go generate ./internal/script
+//
+// whenever a script's source changes; TestHashes fails until then.
+//
+// It reads the package as source and does not import it: a script is a
+// package-level variable of type *Script made by newScript(src) or
+// &Script{Src: src, ...}, and src is a constant expression (a string
+// constant, or constants joined with +), whose value go/types works out.
+// Type errors elsewhere in the package (a half-finished edit, a stale
+// hashes_gen.go) do not stop it; a script whose source is not a constant
+// does.
+package main
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/constant"
+	"go/format"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The files it writes, in the package's directory.
+const (
+	hashesFile = "hashes_gen.go"
+	listFile   = "hashes_gen_test.go"
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("internal/script/gen: ")
+	dir := flag.String("dir", ".", "the directory of package script")
+	flag.Parse()
+	scripts, err := find(*dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	hashes, list, err := render(scripts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for name, b := range map[string][]byte{hashesFile: hashes, listFile: list} {
+		if err := os.WriteFile(filepath.Join(*dir, name), b, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// script is one *Script variable of the package: its name and its source.
+type script struct {
+	name, src string
+}
+
+// find type-checks the package in dir (without its tests and its generated
+// files) and returns its scripts, in the order they are declared.
+func find(dir string) ([]script, error) {
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	var files []*ast.File
+	for _, p := range paths {
+		base := filepath.Base(p)
+		if strings.HasSuffix(base, "_test.go") || base == hashesFile {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no Go files in %s", dir)
+	}
+	// Type errors are collected, not fatal: without hashes_gen.go, newScript
+	// names a variable that is not there, and another engineer's edit may
+	// be half done. Only the scripts' sources must be constants.
+	var typeErrs []error
+	conf := types.Config{Importer: importer.Default(), Error: func(err error) { typeErrs = append(typeErrs, err) }}
+	info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}, Defs: map[*ast.Ident]types.Object{}}
+	pkg, _ := conf.Check("script", fset, files, info)
+	typ := pkg.Scope().Lookup("Script")
+	if typ == nil {
+		return nil, fmt.Errorf("no type Script in %s", dir)
+	}
+	ptr := types.NewPointer(typ.Type())
+
+	var out []script
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, id := range vs.Names {
+					obj := info.Defs[id]
+					if obj == nil || !types.Identical(obj.Type(), ptr) {
+						continue
+					}
+					if i >= len(vs.Values) {
+						return nil, fmt.Errorf("%s: %s has no value", fset.Position(id.Pos()), id.Name)
+					}
+					e := srcOf(vs.Values[i])
+					if e == nil {
+						return nil, fmt.Errorf("%s: %s is neither newScript(src) nor &Script{Src: src, ...}", fset.Position(id.Pos()), id.Name)
+					}
+					tv := info.Types[e]
+					if tv.Value == nil || tv.Value.Kind() != constant.String {
+						return nil, fmt.Errorf("%s: the source of %s is not a string constant (type errors: %v)", fset.Position(e.Pos()), id.Name, typeErrs)
+					}
+					out = append(out, script{name: id.Name, src: constant.StringVal(tv.Value)})
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no *Script variables in %s", dir)
+	}
+	return out, nil
+}
+
+// srcOf returns the source expression of a script's value: newScript's
+// argument, or the Src field of a Script literal (with or without &).
+func srcOf(e ast.Expr) ast.Expr {
+	switch v := e.(type) {
+	case *ast.CallExpr:
+		if id, ok := v.Fun.(*ast.Ident); ok && id.Name == "newScript" && len(v.Args) == 1 {
+			return v.Args[0]
+		}
+	case *ast.UnaryExpr:
+		if v.Op == token.AND {
+			return srcOf(v.X)
+		}
+	case *ast.CompositeLit:
+		for _, el := range v.Elts {
+			if kv, ok := el.(*ast.KeyValueExpr); ok {
+				if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Src" {
+					return kv.Value
+				}
+			}
+		}
+	}
+	return nil
+}
+
+const header = "// Code generated by \"go run ./gen\" (go generate ./internal/script); DO NOT EDIT.\n\n"
+
+// render writes the two files: hashes, each source once (two scripts with
+// one source share its entry), and the list of the scripts by name.
+func render(scripts []script) (hashes, list []byte, err error) {
+	var h bytes.Buffer
+	h.WriteString(header + "package script\n\n")
+	h.WriteString("// hashes maps the source of each script to its SHA-1, as EVALSHA names it\n")
+	h.WriteString("// (see hashes.go).\n")
+	h.WriteString("var hashes = map[string]string{\n")
+	names := map[string][]string{}
+	var order []string
+	for _, s := range scripts {
+		if names[s.src] == nil {
+			order = append(order, s.src)
+		}
+		names[s.src] = append(names[s.src], s.name)
+	}
+	for _, src := range order {
+		sum := sha1.Sum([]byte(src))
+		fmt.Fprintf(&h, "\t// %s\n\t%s: %q,\n", strings.Join(names[src], ", "), literal(src), hex.EncodeToString(sum[:]))
+	}
+	h.WriteString("}\n")
+
+	var l bytes.Buffer
+	l.WriteString(header + "package script\n\n")
+	l.WriteString("// generated holds, by name, every script hashes_gen.go was generated for.\n")
+	l.WriteString("var generated = map[string]*Script{\n")
+	sorted := append([]script(nil), scripts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	for _, s := range sorted {
+		fmt.Fprintf(&l, "\t%q: %s,\n", s.name, s.name)
+	}
+	l.WriteString("}\n")
+
+	if hashes, err = format.Source(h.Bytes()); err != nil {
+		return nil, nil, err
+	}
+	if list, err = format.Source(l.Bytes()); err != nil {
+		return nil, nil, err
+	}
+	return hashes, list, nil
+}
+
+// literal is src as a Go string literal: a raw one, which keeps the Lua
+// readable, when src holds no backquote or carriage return.
+func literal(src string) string {
+	if !strings.ContainsAny(src, "`\r") {
+		return "`" + src + "`"
+	}
+	return strconv.Quote(src)
+}
