@@ -210,13 +210,15 @@ func TestElectLostLeadershipStopsTheCommand(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(-group, syscall.SIGKILL) }) // when the test fails
 	c.held(t, electionKey("lost"))
 	deleted := time.Now()
+	// Taken by another on every node (a key merely deleted is written back
+	// by the next extension).
 	for _, p := range c.Peek {
-		require.NoError(t, p.Del(context.Background(), electionKey("lost")).Err())
+		require.NoError(t, p.Set(context.Background(), electionKey("lost"), "another", 10*time.Second).Err())
 	}
 	assert.Equal(t, exitLost, exitOf(t, cmd), "stderr: %s", errb.String())
 	assert.Contains(t, errb.String(), "leadership of lost (term 1) was lost while the command ran")
 	assert.False(t, groupAlive(group), "the command's group was killed before redlock exited")
-	t.Logf("exited %v after the key was deleted (ttl 2s: extension at 1s, grace 500ms): %s",
+	t.Logf("exited %v after the key was taken (ttl 2s: extension at 1s, grace 500ms): %s",
 		time.Since(deleted).Round(time.Millisecond), strings.TrimSpace(errb.String()))
 }
 
@@ -274,8 +276,8 @@ func TestElectForeverCampaignsAgain(t *testing.T) {
 		started(t, cmd)
 		waitFile(t, filepath.Join(dir, "terms"))
 		c.held(t, electionKey("again-lost"))
-		for _, p := range c.Peek {
-			require.NoError(t, p.Del(context.Background(), electionKey("again-lost")).Err())
+		for _, p := range c.Peek { // taken by another for 2s
+			require.NoError(t, p.Set(context.Background(), electionKey("again-lost"), "another", 2*time.Second).Err())
 		}
 		var terms []int
 		require.Eventually(t, func() bool { terms = readTerms(t, filepath.Join(dir, "terms")); return len(terms) >= 2 },
