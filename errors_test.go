@@ -209,7 +209,7 @@ func TestUsingLostLockSaidOnce(t *testing.T) {
 	f := newNodes(t, 3)
 	err := f.rl.Using(context.Background(), []string{"u"}, time.Second, func(ctx context.Context) error {
 		for i := range f.Nodes {
-			require.NoError(t, f.Peek[i].Del(context.Background(), "u").Err())
+			require.NoError(t, f.Peek[i].Set(context.Background(), "u", "another", 10*time.Second).Err()) // taken: a key merely deleted is written back
 		}
 		<-ctx.Done()
 		return context.Cause(ctx)
@@ -225,7 +225,7 @@ func TestUsingLostLockSaidOnce(t *testing.T) {
 	boom := errors.New("boom")
 	err = f.rl.Using(context.Background(), []string{"u2"}, time.Second, func(ctx context.Context) error {
 		for i := range f.Nodes {
-			require.NoError(t, f.Peek[i].Del(context.Background(), "u2").Err())
+			require.NoError(t, f.Peek[i].Set(context.Background(), "u2", "another", 10*time.Second).Err())
 		}
 		<-ctx.Done()
 		return boom
@@ -271,7 +271,7 @@ func TestUsingKeepsFnsOwnError(t *testing.T) {
 			var returned error
 			err := f.rl.Using(context.Background(), []string{key}, time.Second, func(ctx context.Context) error {
 				for i := range f.Nodes {
-					require.NoError(t, f.Peek[i].Del(context.Background(), key).Err())
+					require.NoError(t, f.Peek[i].Set(context.Background(), key, "another", 10*time.Second).Err()) // taken
 				}
 				<-ctx.Done()
 				returned = mk(context.Cause(ctx))
