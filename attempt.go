@@ -30,7 +30,9 @@ type nodeCall struct {
 	counter   uint64       // a fenced acquire's answer: the highest fencing counter of its resources there
 	picks     string       // a semaphore's acquire: the permits the node took
 	acks      int          // with WithReplicaAck: how many replicas took the write (-1: not known)
-	state     atomic.Int32 // callQueued ... callDone
+	state     atomic.Int32 // callQueued ... callConnecting
+	since     atomic.Int64 // when its lane began setting up a connection for it (Unix ns)
+	setUp     atomic.Int64 // how long its lane set up a connection before sending it (ns)
 	voted     atomic.Bool  // its vote was counted: its answer, or the collector giving up on it
 	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
 	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
@@ -39,6 +41,9 @@ type nodeCall struct {
 
 // Sendable implements lane.Handler: see attemptState.sending.
 func (nc *nodeCall) Sendable() bool { return nc.as.sending(nc.i) }
+
+// Connecting implements lane.Connector: see attemptState.connecting.
+func (nc *nodeCall) Connecting() { nc.as.connecting(nc.i) }
 
 // Done implements lane.Handler: the node's answer is its vote.
 func (nc *nodeCall) Done(r lane.Result) {
@@ -179,7 +184,7 @@ func judgeAcks(a *lane.Ack, r lane.Result) error {
 func fromLane(err error) error {
 	switch e := err.(type) {
 	case *lane.TimeoutError:
-		return &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause}
+		return &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause, RoundTrip: e.RoundTrip}
 	case *lane.TwinError:
 		return &sameServerError{e}
 	case *lane.UnexpectedError:

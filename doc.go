@@ -75,11 +75,14 @@
 //	...
 //	lock, err = lock.Extend(ctx, ttl)
 //
-// Nothing watches a lock between calls: a lock lost on the nodes (expired,
-// deleted by someone else, taken over after a restart) is noticed at the next
-// Extend, which fails with [ErrLockExpired]; under Using, at the next
-// automatic extension, at most ttl − threshold after the loss, when fn's
-// context is cancelled.
+// Nothing watches a lock between calls: a lock lost on the nodes (taken by
+// another holder after it expired, or after a node forgot it) is noticed at
+// the next Extend, which fails with [ErrLockExpired]; under Using, at the
+// next automatic extension, at most ttl − threshold after the loss, when
+// fn's context is cancelled. A key that is merely missing (a node restarted
+// empty, a slow node the acquire had not reached, a key deleted by hand) is
+// written back by the next extension while the lock is valid and no one
+// else holds it: see "Extensions restore what a node lost".
 //
 // Pass Release the ctx of the work, a request's included. A Release whose
 // ctx has already ended (the request's deadline passed during the work)
@@ -193,6 +196,41 @@
 // see README.md). They never expire: a counter that vanished would restart
 // at 1, and the resource would refuse every new holder. Delete a resource's
 // counter only together with the records it protects.
+//
+// # Extensions restore what a node lost
+//
+// Every extension (Extend, Using's, a term's) reaches every node, not only
+// the quorum that decided it: a call not yet sent when its attempt was won
+// is sent all the same, whatever the caller's ctx. And on each node it
+// writes the lock again where its key is missing and nothing else holds it:
+// all or nothing on the node, never over another holder's key, permit or
+// reader; a fenced lock's extension also raises the node's counters to its
+// token, a term's writes its record and raises its counter. So a node that
+// restarted empty holds the lock again after the next extension, and a lock
+// held through a rolling restart of its nodes (one at a time, each kept
+// down for a ttl) keeps its spread instead of eroding node by node
+// (TestRollingRestartKeepsEveryKind; the safety harness has a rolling
+// restart phase).
+//
+// Restoring cannot make two holders. On a node, a restoring extension is an
+// acquire with the lock's value (a SET where nothing is), and it is counted
+// as an acquire is: the new validity runs ttl − drift from the start of the
+// attempt that reached a quorum, and every key that attempt wrote or
+// extended was written after that start with the whole ttl. So while a
+// holder believes it holds the lock, its value is on a quorum of nodes; a
+// second holder would need a second quorum, and the two share a node whose
+// key would hold two values at once. The argument is the acquire's, with the
+// same assumption: no majority of nodes loses its data within one ttl. A
+// node that restarts early (before a ttl has passed) is no worse off than
+// without restoring: the locks it forgot come back at their next
+// extension, where before they stayed a node short until released.
+//
+// Two consequences. Deleting a held lock's keys by hand does not take it
+// from a live holder: its next extension writes them back (stop the holder
+// instead; a lock whose holder is gone expires after its ttl). And a won
+// extension whose call was still parked on a silent node when the lock was
+// released can land there after the release and hold that one node's key
+// for the ttl: a minority, which no other acquire needs.
 //
 // A redis.ClusterClient or FailoverClient counts as one node; a redis.Ring
 // is refused (it routes a script by its first key only). On a Cluster,

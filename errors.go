@@ -155,8 +155,14 @@ type NodeTimeoutError struct {
 	// so the first attempts on a node that is down may not know it yet. It
 	// is kept for the text and not unwrapped.
 	Cause error
+	// RoundTrip is how long the node's last answer took, when that is
+	// above Timeout: the node is farther away than the timeout allows, and
+	// WithNodeTimeout should be raised above its round trip. 0 when not
+	// known or not above.
+	RoundTrip time.Duration
 
 	validity bool // Timeout was the lock's validity (ttl − drift), shorter than the node timeout
+	setUp    bool // Timeout was the lock's validity, which passed while the lane set up a connection
 }
 
 // Error implements the error interface.
@@ -168,6 +174,8 @@ func (e *NodeTimeoutError) Error() string {
 	switch {
 	case e.CircuitOpen:
 		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
+	case e.setUp:
+		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift), while the client was still setting up a connection (dialing, the handshake: bounded by the client's DialTimeout)", e.Timeout)
 	case e.validity:
 		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift, shorter than WithNodeTimeout)", e.Timeout)
 	default:
@@ -182,6 +190,9 @@ func (e *NodeTimeoutError) Error() string {
 	}
 	if e.CircuitOpen {
 		fmt.Fprintf(&b, "; one call tries it again every %v", e.Timeout)
+	}
+	if e.RoundTrip > e.Timeout {
+		fmt.Fprintf(&b, "; its last answer took %v: the node's round trip is above the node timeout, raise WithNodeTimeout above it", e.RoundTrip.Truncate(time.Millisecond))
 	}
 	return b.String()
 }

@@ -64,10 +64,11 @@ func warm(t testing.TB, rl *redlock.Redlock) {
 
 // acquireReaching runs acquire, an Acquire of key, while every node but i
 // holds its writes (CLIENT PAUSE WRITE, on a straight connection) until
-// node i holds key: an acquire decided at a quorum is never sent to a node
-// whose call had not gone out by then, so a test that needs the lock on
-// node i makes sure it was sent there. The node timeout must cover the
-// pause (a few milliseconds, unless the machine is starved).
+// node i holds key: the acquire's quorum then has node i, and a test that
+// needs the lock on node i at a given moment (before the won acquire's
+// later writes reach the other nodes) makes sure it is there. The node
+// timeout must cover the pause (a few milliseconds, unless the machine is
+// starved).
 func acquireReaching(t testing.TB, f *fixture, i int, key string, acquire func() (*redlock.Lock, error)) *redlock.Lock {
 	t.Helper()
 	ctx := context.Background()

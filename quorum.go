@@ -32,10 +32,11 @@ type vote struct {
 
 // What happened to one node's call in one attempt.
 const (
-	callQueued  int32 = iota // submitted, not sent yet
-	callSkipped              // never sent: the node wrote nothing
-	callSent                 // sent, not answered yet
-	callDone                 // answered, or failed by the client
+	callQueued     int32 = iota // submitted, not sent yet
+	callSkipped                 // never sent: the node wrote nothing
+	callSent                    // sent, not answered yet
+	callDone                    // answered, or failed by the client
+	callConnecting              // not sent yet: its lane is setting up a connection
 )
 
 // Attempt outcomes, once the collector has decided.
@@ -56,9 +57,17 @@ type attemptState struct {
 	acked    bool            // the lock's calls take the nodes' acked lanes
 	timeout  time.Duration   // the collector's wait
 	deadline time.Time       // start + timeout: an acquire or extend not sent by then is not sent
-	votes    chan vote       // room for every node: a send never blocks
-	nodes    []nodeCall
-	outcome  atomic.Int32
+	// limit is when the collector stops waiting for a node whose lane was
+	// setting up a connection (whose time does not count against the
+	// node's timeout): the lock's validity for an operation that writes a
+	// ttl, else the deadline (a release is bounded by the node timeout).
+	limit time.Time
+	votes chan vote // room for every node: a send never blocks
+	// poke wakes the collector when a node's call left its lane's
+	// connection set-up: its deadline moved.
+	poke    chan struct{}
+	nodes   []nodeCall
+	outcome atomic.Int32
 	// cleanup is set for an operation whose failed attempts release what
 	// they wrote (acquire).
 	cleanup *cleanup
@@ -87,7 +96,11 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		}
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
+		votes: make(chan vote, n), poke: make(chan struct{}, 1), nodes: make([]nodeCall, n), deleted: deleted}
+	as.limit = as.deadline
+	if p.ttl > 0 {
+		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
+	}
 	if p.undoFailed {
 		as.cleanup = &cleanup{value: args[0], s: script.Cleanup, keys: p.res}
 		if p.undo != nil {
@@ -149,11 +162,18 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 				groups[v.picks] = append(groups[v.picks], v.node)
 			}
 		case <-timer.C:
-			for i := range n {
-				if !as.nodes[i].voted.Load() {
-					as.vote(i, &NodeTimeoutError{Timeout: timeout, Cause: q.nodes[i].Lane(p.res[0], p.acked).LastCause(), validity: timeout < cfg.nodeTimeout})
+			if next := as.expire(p); next > 0 {
+				timer.Reset(next)
+			}
+		case <-as.poke:
+			// A node's deadline moved: judge the deadlines again now.
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
 				}
 			}
+			timer.Reset(0)
 		case <-done:
 			done = nil
 			for i := range n {
@@ -185,106 +205,6 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 		v.picks = as.nodes[i].picks // written before its answer, by the same goroutine
 	}
 	as.votes <- v
-}
-
-// sending reports whether node i's call is still worth sending, as its lane
-// is about to send it, and records the answer. A release is always sent (it
-// only ever deletes our own value), and so is a fenced acquire's write-back
-// unless its round failed (it only ever raises counters where our lock is,
-// and a node that takes it after the quorum catches up).
-//
-// An acquire or extend whose attempt was won is sent too, whatever its
-// caller's ctx or the attempt's deadline: nobody waits for that vote any
-// more, but the lock needs the write. A lock decided at a quorum that kept
-// the nodes it had not reached yet without its write (the extension's ttl,
-// or the key itself) would run on a bare quorum, and the next single fault
-// would lose it (issue 31: one extension in seven missed a node). The write
-// is the lock's own value, on a node where the quorum holds it: it can only
-// make the lock last longer there, never give it to two holders.
-//
-// An acquire or extend is not sent once its attempt failed (a lost vote, or
-// an acquire whose writes are being released), nor while undecided once its
-// caller's ctx ended or its deadline passed (the attempt is abandoned):
-// nothing is written, so nothing needs cleaning.
-func (as *attemptState) sending(i int) bool {
-	nc := &as.nodes[i]
-	// Sent until shown otherwise, before the checks: releaseWrites sets
-	// the failed flag before it reads the states, so either this sees the
-	// flag and skips, or releaseWrites sees the call as sent and awaits it.
-	nc.state.Store(callSent)
-	switch {
-	case as.op == OpRelease:
-		return true
-	case as.op == OpFence && as.outcome.Load() != attemptLost:
-		return true
-	}
-	var why error
-	switch out := as.outcome.Load(); {
-	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost:
-		nc.voted.Store(true) // nobody waits for this vote any more
-		as.skip(i)
-		return false
-	case out == attemptWon:
-		// The lock's write: see above. Its answer is counted by nobody
-		// (the collector has returned), but a semaphore's stray permits
-		// are still released (answer).
-		return true
-	case as.ctx.Err() != nil:
-		why = as.ctx.Err()
-	case !time.Now().Before(as.deadline):
-		why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
-	}
-	if why != nil {
-		as.skip(i)
-		as.vote(i, why)
-		return false
-	}
-	return true
-}
-
-// skip records that node i's call is not sent after all: it wrote nothing,
-// and a cleanup that counted it as pending stops waiting for it.
-func (as *attemptState) skip(i int) {
-	nc := &as.nodes[i]
-	nc.state.Store(callSkipped)
-	if nc.awaited.Swap(false) {
-		as.cleanup.pending.Done()
-	}
-}
-
-// answer takes node i's answer (or, for a call never sent, the reason), and
-// votes with it unless the node's vote was counted already. The state is
-// recorded before the failed flag is read, and releaseWrites sets the flag
-// before it reads the states, so a failed attempt's write is released
-// whichever of the two comes first.
-func (as *attemptState) answer(i int, err error) {
-	nc := &as.nodes[i]
-	if nc.state.Load() != callSent { // refused by an open lane: nothing written
-		nc.state.Store(callSkipped)
-		as.vote(i, err)
-		return
-	}
-	switch err.(type) {
-	case nil:
-		if as.deleted != nil {
-			as.deleted[i].Store(true)
-		}
-	case *ResourceLockedError:
-		if as.cleanup != nil {
-			nc.clean.Store(true) // held by another: this attempt wrote nothing there
-		}
-	}
-	nc.state.Store(callDone)
-	as.voteAcked(i, err, nc.acks)
-	if err == nil && nc.picks != "" {
-		as.stray(i) // a semaphore's node that took other permits than the quorum
-	}
-	if as.cleanup != nil && as.cleanup.failed.Load() {
-		as.clean(i)
-		if nc.awaited.Swap(false) {
-			as.cleanup.pending.Done() // its release, if any, is pending now
-		}
-	}
 }
 
 // cleanup is the release of a failed acquire attempt's writes: s on keys

@@ -64,6 +64,9 @@ var schedule = []phase{
 			h.restartAfter(h.Nodes[2], safetyTTL+100*time.Millisecond)
 		},
 		end: func(h *harness) { h.waitRestart() }},
+	{name: "rolling restart: each node in turn killed, back empty after the max ttl + 100ms",
+		start: func(h *harness) { h.rollingRestart(safetyTTL + 100*time.Millisecond) },
+		end:   func(h *harness) { h.waitRestart() }},
 	{name: "2 nodes slow (+30ms each way), half the callers cancel 0-20ms in",
 		start: func(h *harness) {
 			h.Proxies[0].SetLatency(30*time.Millisecond, 30*time.Millisecond)
@@ -133,6 +136,25 @@ func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
 		time.Sleep(d)
 		nd.Restart()
 		h.restartedAt.Store(time.Now().UnixNano())
+	}()
+}
+
+// rollingRestart restarts every node in turn, as an operator upgrading
+// them does: each killed, kept down for down (past the longest ttl: the
+// delayed-restart rule), started again empty, and left up for 150ms before
+// the next goes down. At most one node is down at a time.
+func (h *harness) rollingRestart(down time.Duration) {
+	h.restart = make(chan struct{})
+	go func() {
+		defer close(h.restart)
+		for _, nd := range h.Nodes {
+			h.killedAt.Store(time.Now().UnixNano())
+			nd.Kill()
+			time.Sleep(down)
+			nd.Restart()
+			h.restartedAt.Store(time.Now().UnixNano())
+			time.Sleep(150 * time.Millisecond)
+		}
 	}()
 }
 

@@ -129,8 +129,8 @@ func (l *Lane) via(calls []*Call) Scripter {
 }
 
 // runBatch runs calls in one round trip: alone when there is one, else in
-// one pipeline; with EVALSHA, or, withSource, with EVAL (which caches the
-// script on the node). A call whose script the node lacks gets the NOSCRIPT
+// one pipeline; each with EVALSHA, or with EVAL (which caches the script on
+// the node) when its src is set (see Lane.choose). A call whose script the node lacks gets the NOSCRIPT
 // error, for send to run again withSource. When a call has an Ack, the
 // pipeline ends with WAIT (or WAITAOF), which counts the replicas that took
 // every write before it on the connection.
@@ -138,10 +138,10 @@ func (l *Lane) via(calls []*Call) Scripter {
 // With ask, the pipeline starts with INFO server, and runBatch returns the
 // server's run_id (see identity.go; "" when INFO was refused, an ACL that
 // forbids it), and whether the server answered the question.
-func runBatch(c Scripter, calls []*Call, how evalBy, ask bool) (id string, answered bool) {
+func runBatch(c Scripter, calls []*Call, ask bool) (id string, answered bool) {
 	ctx := context.Background()
 	eval := func(s evaler, p *Call) *redis.Cmd {
-		if how == withSource {
+		if p.src {
 			return s.Eval(ctx, p.Src, p.Keys, p.Args...)
 		}
 		return s.EvalSha(ctx, p.Hash, p.Keys, p.Args...)

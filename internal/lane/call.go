@@ -18,9 +18,14 @@
 //     queues, and a worker is started if none runs. A queued call is a few
 //     words of memory, not a goroutine.
 //  2. Send. The worker takes the whole queue (a single call, alone, when
-//     half-open) and drops the Write calls whose Sendable says no. Releases
+//     half-open). On a lane with no connection known to work it first sets
+//     one up (see setup.go), bounded by the client's dial timeout rather
+//     than the node timeout, telling the calls (Connector). It drops the
+//     Write calls whose Sendable says no. Releases
 //     are always sent. The rest go out in one pipeline with a deadline of
-//     one node timeout from now, which no caller's ctx can cut short. A node
+//     one node timeout from now, which no caller's ctx can cut short; each
+//     call by its script's hash (EVALSHA), or with the script itself (EVAL)
+//     when the server is not known to have it since the set-up. A node
 //     that lacks a script answers NOSCRIPT to its calls, which did not run;
 //     they go again with the script, in the batch's order, together with
 //     the later calls that ran on their keys too early (see resends).
@@ -90,6 +95,7 @@ type Call struct {
 	H       Handler
 
 	res Result // written by the worker that sends it
+	src bool   // sent with its source (EVAL): set by the worker that sends it
 }
 
 // Handler is told what becomes of a call.
@@ -108,6 +114,22 @@ type Handler interface {
 	// Held returns the copy of a Release to hold and send again when the
 	// call got no reply: a Cleanup.
 	Held() *Call
+}
+
+// Connector is a Handler that wants to know when its call waits for a
+// connection to its node to be set up (see Lane.setUp): from Connecting
+// until Sendable is asked, the node's silence is not the node's answer
+// being late. Connecting may come after Sendable was asked (a call queued
+// as the set-up ended): the Handler then ignores it.
+type Connector interface {
+	Connecting()
+}
+
+// connecting tells c's Handler that c waits for a connection's set-up.
+func connecting(c *Call) {
+	if cn, ok := c.H.(Connector); ok {
+		cn.Connecting()
+	}
 }
 
 // Result is what became of a call.
@@ -136,6 +158,10 @@ type TimeoutError struct {
 	CircuitOpen bool          // not sent: the lane's breaker was open
 	Shard       string        // a Cluster shard primary's address, or ""
 	Cause       error         // the client's last network error on the lane, if any
+	// RoundTrip is how long the lane's last answered round took, when
+	// that is above Timeout: the node is farther away than the timeout
+	// allows (0 otherwise).
+	RoundTrip time.Duration
 }
 
 func (e *TimeoutError) Error() string {
@@ -148,6 +174,9 @@ func (e *TimeoutError) Error() string {
 	}
 	if e.Cause != nil {
 		s += ": " + e.Cause.Error()
+	}
+	if e.RoundTrip > e.Timeout {
+		s += fmt.Sprintf("; its last answer took %v, a round trip above the timeout", e.RoundTrip)
 	}
 	return s
 }

@@ -54,6 +54,19 @@ type Lane struct {
 	cause   error         // the client's last network error here, until the node answers
 	out     time.Time     // when the oldest round still out was sent; zero when none is
 	retry   *time.Timer   // sends a held release as the probe when the lane is idle
+	// ready is set once a connection to the node has been set up (see
+	// setUp) and answered, and cleared by a network error (a refused or
+	// broken connection): until then, the worker sets one up before it
+	// sends. setting is set while it does.
+	ready   bool
+	setting bool
+	// loaded holds the scripts the server is known to have cached since
+	// the lane's last set-up (or its last NOSCRIPT): the others go with
+	// their source (EVAL), so that a first call costs one round trip.
+	loaded map[string]struct{}
+	// rtt is how long the last answered round took (ns), late ones
+	// included: what a timeout's error quotes when it is above the timeout.
+	rtt atomic.Int64
 }
 
 // Submit queues c and starts a worker if none runs, or ends c at once when
@@ -75,7 +88,11 @@ func (l *Lane) Submit(c *Call) {
 	}
 	l.queue = append(l.queue, c)
 	if l.working {
+		setting := l.setting
 		l.mu.Unlock()
+		if setting {
+			connecting(c) // it waits behind a connection being set up
+		}
 		return
 	}
 	l.working = true
@@ -131,7 +148,17 @@ func (l *Lane) work() {
 			l.mu.Unlock()
 			return
 		}
+		cold := !l.ready && l.node.setsUp()
+		l.setting = cold
 		l.mu.Unlock()
+		if cold {
+			switch l.setUp(batch) {
+			case setUpDetached:
+				return // parked in the client until it returns, and done
+			case setUpFailed:
+				continue // the batch was failed, unsent
+			}
+		}
 		sendable := batch[:0]
 		for _, c := range batch {
 			if c.H.Sendable() || c.Kind != Write {
@@ -186,7 +213,10 @@ func (l *Lane) send(batch []*Call) bool {
 			// release whose first run deleted its keys stays a success).
 			onTime = l.round(again, timeout, withSource, first)
 		} else {
-			_, _ = runBatch(l.via(again), again, withSource, false)
+			for _, c := range again {
+				c.src = true
+			}
+			_, _ = runBatch(l.via(again), again, false)
 		}
 		for i, c := range again {
 			c.res.First = &first[i]
@@ -219,6 +249,11 @@ func (l *Lane) send(batch []*Call) bool {
 		l.cause = nil
 	case cause != nil:
 		l.cause = cause
+	}
+	if cause != nil {
+		l.ready = false // the next batch sets up a connection first
+	} else if spoke {
+		l.ready = true
 	}
 	switch {
 	case !onTime:
@@ -375,9 +410,11 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 		}
 	})
 	ask := how == bySHA && l.node.asking()
-	if id, answered := runBatch(l.via(calls), calls, how, ask); answered {
+	l.choose(calls, how)
+	if id, answered := runBatch(l.via(calls), calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
+	l.learn(calls, time.Since(sent))
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
 	l.mu.Lock()
@@ -407,7 +444,7 @@ func (l *Lane) silent(batch []*Call, first []Result, timeout time.Duration) {
 		if first != nil {
 			f = &first[i]
 		}
-		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause}, First: f, Acks: -1, Local: -1})
+		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause, RoundTrip: l.RoundTrip()}, First: f, Acks: -1, Local: -1})
 	}
 	for _, c := range queued {
 		c.H.Done(Result{Err: &TimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause}, Acks: -1, Local: -1})

@@ -59,6 +59,7 @@ type Proxy struct {
 	fault atomic.Int32
 	up    atomic.Int64 // latency client → node, in ns
 	down  atomic.Int64 // latency node → client, in ns
+	dial  atomic.Int64 // a new connection's set-up, in ns (see SetDialLatency)
 
 	mu     sync.Mutex
 	ln     net.Listener // nil while refusing
@@ -90,6 +91,12 @@ func (p *Proxy) SetLatency(up, down time.Duration) {
 	p.up.Store(int64(up))
 	p.down.Store(int64(down))
 }
+
+// SetDialLatency makes each new connection cost d before anything the
+// client sends on it moves (its first bytes reach the node d after the
+// connection was accepted, plus the latency up): a TCP handshake with a
+// node one round trip d away, which a loopback connect does not cost.
+func (p *Proxy) SetDialLatency(d time.Duration) { p.dial.Store(int64(d)) }
 
 // Set switches the proxy to fault f.
 func (p *Proxy) Set(f Fault) {
@@ -132,6 +139,7 @@ func (p *Proxy) Fault() Fault { return Fault(p.fault.Load()) }
 // Heal removes the fault and the latency.
 func (p *Proxy) Heal() {
 	p.SetLatency(0, 0)
+	p.SetDialLatency(0)
 	p.Set(Healthy)
 }
 
@@ -213,8 +221,9 @@ func (p *Proxy) handle(client net.Conn) {
 		return
 	}
 	p.wg.Add(2)
-	go p.pipe(client, server, &p.up, false)
-	go p.pipe(server, client, &p.down, true)
+	notBefore := time.Now().Add(time.Duration(p.dial.Load()))
+	go p.pipe(client, server, &p.up, false, notBefore)
+	go p.pipe(server, client, &p.down, true, time.Time{})
 }
 
 // chunk is data read at a time, to be written after the latency.
@@ -226,7 +235,7 @@ type chunk struct {
 // pipe copies src to dst, applying the fault and latency of its direction.
 // A reader goroutine stamps chunks; this goroutine writes each one when its
 // latency has passed, so that latency does not limit throughput.
-func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
+func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool, notBefore time.Time) {
 	defer p.wg.Done()
 	queue := make(chan chunk, 1024)
 	p.wg.Add(1)
@@ -245,7 +254,11 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool) {
 						continue // the node answered; the answer is lost
 					}
 				}
-				queue <- chunk{data: buf[:n], at: time.Now().Add(time.Duration(latency.Load()))}
+				at := time.Now().Add(time.Duration(latency.Load()))
+				if first := notBefore.Add(time.Duration(latency.Load())); at.Before(first) {
+					at = first // the connection is still being set up
+				}
+				queue <- chunk{data: buf[:n], at: at}
 			}
 			if err != nil {
 				return

@@ -1,0 +1,122 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Far nodes (issue 31): setting up a connection (dialing, the handshake,
+// loading the scripts) is not a node's answer being late. Before, the node
+// timeout bounded the whole cold call, about five round trips, and a call
+// abandoned at its timeout left the next attempt to start from scratch: a
+// fresh Redlock's try-lock on nodes 30 ms away failed on every node with the
+// defaults.
+
+// farNodes is a fresh Redlock (no call made yet) over three nodes that are
+// oneWay away each way, behind proxies that also charge a new connection
+// its handshake's round trip, with go-redis's default clients.
+func farNodes(t *testing.T, oneWay time.Duration, opts ...redlock.Option) *fixture {
+	t.Helper()
+	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true}, opts...)
+	for _, p := range f.Proxies {
+		p.SetLatency(oneWay, oneWay)
+		p.SetDialLatency(2 * oneWay)
+	}
+	return f
+}
+
+// TestFirstTryLockOnFarNodes: the first try-lock of a fresh Redlock succeeds
+// on nodes 30 ms away (round trip) with the default options, and on nodes
+// 80 ms away with a node timeout that covers one round trip.
+func TestFirstTryLockOnFarNodes(t *testing.T) {
+	for _, c := range []struct {
+		oneWay time.Duration
+		opts   []redlock.Option
+	}{
+		{15 * time.Millisecond, nil},
+		{40 * time.Millisecond, []redlock.Option{redlock.WithNodeTimeout(150 * time.Millisecond)}},
+	} {
+		t.Run((2 * c.oneWay).String(), func(t *testing.T) {
+			f := farNodes(t, c.oneWay, c.opts...)
+			ctx := context.Background()
+			l, err := f.rl.Acquire(ctx, []string{"far"}, 10*time.Second, redlock.WithRetryCount(0))
+			require.NoError(t, err, "the first try-lock on nodes %v away (round trip)", 2*c.oneWay)
+			// The release (another script) costs one round trip too.
+			_, err = l.Release(ctx, redlock.WithRetryCount(0))
+			require.NoError(t, err, "its release")
+		})
+	}
+}
+
+// TestRoundTripAboveNodeTimeoutIsNamed: nodes whose round trip is above the
+// node timeout fail with an error that gives the round trip and the option
+// to raise.
+func TestRoundTripAboveNodeTimeoutIsNamed(t *testing.T) {
+	f := farNodes(t, 40*time.Millisecond, redlock.WithNodeTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	var err error
+	for range 3 { // the first attempts learn the round trip
+		_, err = f.rl.Acquire(ctx, []string{"far"}, 10*time.Second, redlock.WithRetryCount(0))
+		require.Error(t, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	assert.Contains(t, err.Error(), "WithNodeTimeout", "Acquire's error on nodes 80 ms away with a node timeout of 50 ms")
+	assert.Contains(t, err.Error(), "round trip", "Acquire's error on nodes 80 ms away with a node timeout of 50 ms")
+}
+
+// BenchmarkColdFirstCall measures a fresh Redlock's first try-lock (new
+// clients, no connection yet) on three nodes 0, 15 and 40 ms away each way,
+// with the default options; ok/op is the share that succeeded.
+//
+//	go test -run '^$' -bench '^BenchmarkColdFirstCall$' -benchtime 20x
+func BenchmarkColdFirstCall(b *testing.B) {
+	nodes := redistest.Start(b, 3)
+	proxies := make([]*redistest.Proxy, len(nodes))
+	for i, nd := range nodes {
+		proxies[i] = redistest.NewProxy(b, nd.Addr())
+	}
+	ctx := context.Background()
+	for _, oneWay := range []time.Duration{0, 15 * time.Millisecond, 40 * time.Millisecond} {
+		b.Run("oneway="+oneWay.String(), func(b *testing.B) {
+			for _, p := range proxies {
+				p.SetLatency(oneWay, oneWay)
+				p.SetDialLatency(2 * oneWay)
+			}
+			ok, n := 0, 0
+			for b.Loop() {
+				n++
+				key := oneWay.String() + ":" + time.Now().String() // never held before
+				b.StopTimer()
+				clients := make([]redis.UniversalClient, len(proxies))
+				for i, p := range proxies {
+					clients[i] = redis.NewClient(&redis.Options{Addr: p.Addr()})
+				}
+				rl, err := redlock.New(clients)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				l, err := rl.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(0))
+				b.StopTimer()
+				if err == nil {
+					ok++
+					_, _ = l.Release(ctx)
+				}
+				_ = rl.Close()
+				for _, c := range clients {
+					_ = c.Close()
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(ok)/float64(n), "ok/op")
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package lane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Setting up a connection is not a node's answer being late. A node far
+// away (30 ms, say) costs a new connection several round trips before its
+// first command runs: the TCP handshake, HELLO and the client's other
+// handshake commands, then a NOSCRIPT and the EVAL that follows for each
+// script the server has not cached. Bounded by the node timeout, that cold
+// call failed on every node, and the connection being set up was abandoned
+// with it, so the next attempt started from scratch.
+//
+// So a lane that has no connection known to work (a new lane, or one whose
+// last round ended in a network error: refused, reset, closed) sets one up
+// before it sends: a PING through the client, bounded by the client's own
+// dial timeout (DialTimeout, default 5s) rather than by the node timeout,
+// and not cut short when the calls that needed it give up: the next attempt
+// finds the connection ready in the pool. Its calls are told (Connector):
+// their node's silence is counted from when they are sent, not before. And
+// the first call of each script after a set-up (or after a NOSCRIPT: the
+// server lost its cache) carries the script itself (EVAL), so that it
+// costs one round trip once the connection is up.
+//
+// A Cluster's lanes and a node whose calls go through a stand-in (tests)
+// set nothing up: the client routes each call itself.
+
+// setUp outcomes.
+type setUpResult uint8
+
+const (
+	setUpDone     setUpResult = iota // a connection is ready: send the batch
+	setUpFailed                      // the batch was failed, unsent
+	setUpDetached                    // the set-up went silent past its bound: the worker is detached
+)
+
+// setsUp reports whether the node's lanes set up a connection before they
+// send (see above).
+func (nd *Node) setsUp() bool {
+	return nd.cluster == nil && nd.scripts == Scripter(nd.client)
+}
+
+// setUpBound is how long a set-up may take: the client's dial timeout
+// (go-redis's default, 5s, when it has none of its own), and at least the
+// node timeout.
+func (nd *Node) setUpBound(base time.Duration) time.Duration {
+	d := 5 * time.Second
+	if c, ok := nd.client.(*redis.Client); ok && c.Options().DialTimeout > 0 {
+		d = c.Options().DialTimeout
+	}
+	return max(d, base)
+}
+
+// setUp sets up a connection to the node for batch, whose calls are told
+// they wait for it. On failure the calls fail unsent: with the client's
+// network error, or, past the bound, with a *TimeoutError, the breaker
+// opened (a node that accepts a connection and never answers is silent).
+func (l *Lane) setUp(batch []*Call) setUpResult {
+	for _, c := range batch {
+		connecting(c)
+	}
+	bound := l.node.setUpBound(l.base)
+	var state atomic.Int32
+	watchdog := time.AfterFunc(bound, func() {
+		if !state.CompareAndSwap(batchRunning, batchSilent) {
+			return
+		}
+		l.mu.Lock()
+		l.parked++
+		l.working, l.setting = false, false // the next call starts a worker of its own
+		failed := l.trip(bound)
+		for _, c := range batch {
+			failed = append(failed, l.hold(c)...)
+		}
+		cause := l.cause
+		l.mu.Unlock()
+		err := &TimeoutError{Timeout: bound, Cause: &SetUpError{Took: bound, Cause: cause}}
+		for _, c := range failed {
+			c.H.Done(Result{Err: err, Acks: -1, Local: -1})
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	err := l.node.client.Ping(ctx).Err()
+	cancel()
+	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
+	watchdog.Stop()
+
+	l.mu.Lock()
+	spoke := isReply(err)
+	if spoke {
+		// The connection is in the pool, and the server's script cache
+		// is not known: each script's next call carries its source.
+		l.ready, l.cause, l.loaded = true, nil, nil
+	} else if !IsTimeout(err) && !errors.Is(err, redis.ErrClosed) {
+		l.cause = err
+	}
+	if !onTime {
+		// Detached: another worker may be setting up by now.
+		l.parked--
+		if spoke && l.state == open {
+			l.state = halfOpen // it answered after all: probe at once
+		}
+		l.mu.Unlock()
+		return setUpDetached
+	}
+	l.setting = false
+	if spoke {
+		l.mu.Unlock()
+		return setUpDone
+	}
+	// Failed in time: a refused or unresolvable address costs nothing and
+	// opens nothing (as a call's network error); the client's own timeout
+	// is the node's silence.
+	var failed []*Call
+	if IsTimeout(err) {
+		failed = l.trip(bound)
+		err = &TimeoutError{Timeout: bound, Cause: &SetUpError{Took: bound, Cause: err}}
+	} else {
+		l.state, l.probing = closed, false
+		err = &SetUpError{Cause: err}
+	}
+	for _, c := range batch {
+		if c.Kind != Write && (l.reached || l.parked > 0) {
+			// A release of a write that may be there: held, and sent
+			// when the node answers.
+			failed = append(failed, l.hold(c)...)
+			continue
+		}
+		failed = append(failed, c)
+	}
+	l.mu.Unlock()
+	for _, c := range failed {
+		c.H.Done(Result{Err: err, Acks: -1, Local: -1})
+	}
+	return setUpFailed
+}
+
+// SetUpError is why a connection to the node could not be set up.
+type SetUpError struct {
+	Took  time.Duration // the bound that passed, when it did; 0 otherwise
+	Cause error
+}
+
+func (e *SetUpError) Error() string {
+	s := "setting up a connection"
+	if e.Took > 0 {
+		s += fmt.Sprintf(" took longer than %v (the client's DialTimeout)", e.Took)
+	}
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap returns the cause.
+func (e *SetUpError) Unwrap() error { return e.Cause }
+
+// choose decides how each call of a round goes: with its source (EVAL)
+// when the round resends them so (withSource), or when the server is not
+// known to have cached its script; else by its hash.
+func (l *Lane) choose(calls []*Call, how evalBy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range calls {
+		_, known := l.loaded[c.Hash]
+		c.src = how == withSource || !known
+	}
+}
+
+// learn records what a round's answers say of the server's script cache
+// (a script it ran is cached; a NOSCRIPT says the cache was lost: a
+// restart, a SCRIPT FLUSH), and how long the round took when the node
+// answered.
+func (l *Lane) learn(calls []*Call, took time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	answered := false
+	for _, c := range calls {
+		err := c.res.Err
+		switch {
+		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+			l.loaded = nil
+			return
+		case isReply(err):
+			answered = true
+			if err != nil {
+				continue // an error reply may come before the script runs (NOAUTH, CROSSSLOT)
+			}
+			if l.loaded == nil {
+				l.loaded = make(map[string]struct{}, 16)
+			}
+			l.loaded[c.Hash] = struct{}{}
+		}
+	}
+	if answered {
+		l.rtt.Store(int64(took))
+	}
+}
+
+// RoundTrip returns how long the lane's last answered round took, or 0.
+func (l *Lane) RoundTrip() time.Duration { return time.Duration(l.rtt.Load()) }
