@@ -102,9 +102,11 @@ func (e *Election) ready(ctx context.Context) error {
 // [WithWakeOnRelease]), else after each retry delay. While the term lasts it
 // is extended as [Redlock.Using] extends its lock, by ttl whenever less than
 // the automatic extension threshold is left, and its context ends as soon
-// as an extension finds the lock gone, or at the end of the lock's validity
-// when no extension got through (before its keys expire on the nodes, by
-// the drift allowance). The
+// as an extension finds the lock gone, or, when no extension got through,
+// at the lock's cancel point: 20ms before the end of its validity (a
+// quarter of the threshold when that is less), the margin for late timers
+// that Using's doc measures; the keys expire on the nodes later still, by
+// the drift allowance. The
 // term's context carries ctx's values, not its end (the campaign's ctx bounds
 // the wait, not the term), and the term's number as its fencing token
 // ([TokenFrom]). Resign the term when done (or use
@@ -273,8 +275,9 @@ func (t *Term) Number() uint64 {
 
 // Context returns the term's context. It ends when the term ends: resigned
 // (cause [ErrResigned]), lost (its lock could not be extended: cause
-// matching [ErrExtensionFailed], by the end of the lock's validity), or the
-// Redlock closed (cause [ErrClosed]). It carries the values of Campaign's
+// matching [ErrExtensionFailed], before the end of the lock's validity, at
+// its cancel point at the latest; see [Election.Campaign]), or the Redlock
+// closed (cause [ErrClosed]). It carries the values of Campaign's
 // ctx. A nil or zero Term, which never led, has a context that has ended.
 func (t *Term) Context() context.Context {
 	if t == nil || t.ctx == nil {

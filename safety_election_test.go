@@ -30,7 +30,9 @@ import (
 // every node: its clients are closed under it, as when a process's
 // connections are refused. Its term must end (cause ErrExtensionFailed)
 // before its successor's begins; the candidate then comes back as a new
-// process (a new Redlock and new clients).
+// process (a new Redlock and new clients). Every lost term's context must
+// end before the end of its validity as the library computed it (its
+// observer): one that ends after it fails the harness.
 
 const (
 	safetyElections  = 2
@@ -41,10 +43,12 @@ const (
 	// successor is woken by the release at once). A term's Extend makes one
 	// attempt: when it fails, the extender waits a retry delay before the
 	// next, so that a lost term's validity ends during such a wait; the
-	// wait must end at the validity, when the next Extend finds the lock
-	// expired and the term's context ends (it once ended up to a retry
-	// delay later, while a successor led: the witness counted those
-	// overlaps).
+	// term's context must end before the validity all the same, at its
+	// cancel point (validity's end less 20ms), not when the next Extend
+	// finds the lock expired (it once ended up to a retry delay after the
+	// validity, while a successor led: the witness counted those overlaps;
+	// then up to 18ms after it, by the Extend's failure path and timer
+	// lateness: the late-context check below counts those).
 	termRetryCount = 0
 	termRetryDelay = 50 * time.Millisecond
 	termJitter     = 25 * time.Millisecond
@@ -92,8 +96,11 @@ type elections struct {
 	wg        sync.WaitGroup
 	cancel    context.CancelFunc
 	began     atomic.Int64 // the running phase's start (Unix ns)
-	mu        sync.Mutex
-	errs      []error // from making a candidate's Redlock
+	// lost terms whose context ended after their validity's end, and the
+	// latest of those ends past it
+	late, lateBy atomic.Int64
+	mu           sync.Mutex
+	errs         []error // from making a candidate's Redlock
 }
 
 // startElections starts safetyCandidates candidates for each of
@@ -126,11 +133,29 @@ func (el *elections) phaseBegins(i int) {
 func (el *elections) phaseStart() time.Time { return time.Unix(0, el.began.Load()) }
 
 // stop ends every campaign and term, and waits for the candidates to close
-// their Redlocks and clients; it returns the errors met making them.
+// their Redlocks and clients; it returns the errors met making them, and
+// one more when a lost term's context ended after its validity's end (the
+// docs of Term.Context and Using promise before).
 func (el *elections) stop() []error {
 	el.cancel()
 	el.wg.Wait()
+	if n := el.late.Load(); n > 0 {
+		el.errs = append(el.errs, fmt.Errorf("%d lost terms' contexts ended after their validity's end (the latest by %v): "+
+			"a term's context must end before its validity, at its cancel point", n, time.Duration(el.lateBy.Load())))
+	}
 	return el.errs
+}
+
+// endedLate counts a lost term whose context ended after its validity's
+// end, by by.
+func (el *elections) endedLate(by time.Duration) {
+	el.late.Add(1)
+	for {
+		old := el.lateBy.Load()
+		if int64(by) <= old || el.lateBy.CompareAndSwap(old, int64(by)) {
+			return
+		}
+	}
 }
 
 func (el *elections) fail(err error) {
@@ -299,7 +324,11 @@ func (c *campaigner) leads(ctx context.Context, v *leaderVisit, hold time.Durati
 		// How long before the validity the library computed for the
 		// term's newest grant or extension its context ended.
 		if valid := v.valid.Load(); valid != 0 {
-			ps.lossMargins = append(ps.lossMargins, time.Unix(0, valid).Sub(v.seenEnded()))
+			m := time.Unix(0, valid).Sub(v.seenEnded())
+			ps.lossMargins = append(ps.lossMargins, m)
+			if m < 0 {
+				c.el.endedLate(-m)
+			}
 		}
 	}
 	if cut {
