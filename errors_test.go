@@ -119,8 +119,11 @@ func TestCrossSlotIsInvalidArgument(t *testing.T) {
 
 // A node that cannot be reached is reported with the client's own error
 // (a refused connection, an address that does not resolve), not only as a
-// timeout: go-redis takes longer than the node timeout to give up a dial,
-// so the cause shows in the calls after it did.
+// timeout. Setting up the connection is bounded by the client's dial
+// timeout, not the node timeout (far nodes): go-redis takes about 1.7s to
+// give up resolving an address, longer than the lock's validity here, so
+// the first attempts say that the set-up is still under way, and the cause
+// shows in the calls after it gave up.
 func TestUnreachableNodeNamesTheCause(t *testing.T) {
 	down := redistest.StartNode(t)
 	addr := down.Addr()
@@ -140,14 +143,15 @@ func TestUnreachableNodeNamesTheCause(t *testing.T) {
 			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 				_, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
 				s = onePrefix(t, err)
-				assert.Contains(t, s, "100ms (WithNodeTimeout)", "the timeout and its option are named")
+				if !strings.Contains(s, "setting up a connection") {
+					assert.Contains(t, s, "100ms (WithNodeTimeout)", "the timeout and its option are named")
+				}
 				if strings.Contains(s, tc.want) {
 					break
 				}
 			}
 			t.Log(s)
 			assert.Contains(t, s, tc.want, "the client's error is named")
-			assert.Contains(t, s, "the client said")
 		})
 	}
 }

@@ -164,6 +164,17 @@ func TestExtendNeverOverwritesAnotherHolder(t *testing.T) {
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"a", "b"}, 5*time.Second)
 	require.NoError(t, err)
+	// The acquire returned at a quorum; its write is on its way to the
+	// third node (and a call cut by the restart below would be sent again
+	// by the client to the new, empty node).
+	require.Eventually(t, func() bool {
+		for i := range f.Nodes {
+			if f.Get(t, i, "b") != l.Value() {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the acquire reached every node")
 	// Node 0: b taken by another after a restart; node 1: both lost.
 	f.Nodes[0].Restart()
 	f.Nodes[1].Restart()

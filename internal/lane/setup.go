@@ -25,9 +25,9 @@ import (
 // and not cut short when the calls that needed it give up: the next attempt
 // finds the connection ready in the pool. Its calls are told (Connector):
 // their node's silence is counted from when they are sent, not before. And
-// the first call of each script after a set-up (or after a NOSCRIPT: the
-// server lost its cache) carries the script itself (EVAL), so that it
-// costs one round trip once the connection is up.
+// the first call of each script after a set-up (or after its NOSCRIPT)
+// carries the script itself (EVAL), so that it costs one round trip once
+// the connection is up.
 //
 // A Cluster's lanes and a node whose calls go through a stand-in (tests)
 // set nothing up: the client routes each call itself.
@@ -41,10 +41,16 @@ const (
 	setUpDetached                    // the set-up went silent past its bound: the worker is detached
 )
 
-// setsUp reports whether the node's lanes set up a connection before they
-// send (see above).
+// setsUp reports whether a lane of the node that knows no working
+// connection sets one up before it sends (see above): not when the client's
+// pool holds an idle connection already (made by the caller, or by another
+// lane), which is taken to work, as a call's would be.
 func (nd *Node) setsUp() bool {
-	return nd.cluster == nil && nd.scripts == Scripter(nd.client)
+	c, ok := nd.client.(*redis.Client)
+	if !ok || nd.scripts != Scripter(nd.client) {
+		return false
+	}
+	return c.PoolStats().IdleConns == 0
 }
 
 // setUpBound is how long a set-up may take: the client's dial timeout
@@ -175,9 +181,8 @@ func (l *Lane) choose(calls []*Call, how evalBy) {
 }
 
 // learn records what a round's answers say of the server's script cache
-// (a script it ran is cached; a NOSCRIPT says the cache was lost: a
-// restart, a SCRIPT FLUSH), and how long the round took when the node
-// answered.
+// (a script it ran is cached; a NOSCRIPT says it is not), and how long the
+// round took when the node answered.
 func (l *Lane) learn(calls []*Call, took time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -186,8 +191,10 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 		err := c.res.Err
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-			l.loaded = nil
-			return
+			// Its next call carries it. (A restart also breaks the
+			// connections, and the set-up that follows forgets every
+			// script; a SCRIPT FLUSH alone is learnt script by script.)
+			delete(l.loaded, c.Hash)
 		case isReply(err):
 			answered = true
 			if err != nil {
