@@ -68,6 +68,7 @@ func TestRoundTripAboveNodeTimeoutIsNamed(t *testing.T) {
 		require.Error(t, err)
 		time.Sleep(200 * time.Millisecond)
 	}
+	t.Log(err)
 	assert.Contains(t, err.Error(), "WithNodeTimeout", "Acquire's error on nodes 80 ms away with a node timeout of 50 ms")
 	assert.Contains(t, err.Error(), "round trip", "Acquire's error on nodes 80 ms away with a node timeout of 50 ms")
 }
