@@ -184,7 +184,11 @@ func judgeAcks(a *lane.Ack, r lane.Result) error {
 func fromLane(err error) error {
 	switch e := err.(type) {
 	case *lane.TimeoutError:
-		return &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause, RoundTrip: e.RoundTrip}
+		nte := &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause, RoundTrip: e.RoundTrip}
+		if se, ok := e.Cause.(*lane.SetUpError); ok && !e.CircuitOpen {
+			nte.connecting, nte.Cause = true, se.Cause // the lane gave up setting up a connection
+		}
+		return nte
 	case *lane.TwinError:
 		return &sameServerError{e}
 	case *lane.UnexpectedError:

@@ -1,11 +1,16 @@
 package redlock
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/lane"
 )
+
+// errReleaseStarted is the vote of a node whose extension was not sent
+// because a release of the lock started (see plan.abandon).
+var errReleaseStarted = errors.New("not sent: a release of the lock started")
 
 // One node's call in an attempt: whether it is still sent when its lane
 // gets to it (sending), how long the collector waits for it (expire: its
@@ -108,6 +113,13 @@ func (as *attemptState) sending(i int) bool {
 		return true
 	}
 	var why error
+	if as.abandon != nil && as.abandon.Load() {
+		// A release of the lock started: an extension landing after its
+		// deletes would write the lock back.
+		as.skip(i)
+		as.vote(i, errReleaseStarted)
+		return false
+	}
 	switch out := as.outcome.Load(); {
 	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost:
 		nc.voted.Store(true) // nobody waits for this vote any more

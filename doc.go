@@ -30,7 +30,9 @@
 //     quorum has voted rather than waiting for the slowest node.
 //   - Every node call has a timeout enforced by redlock ([WithNodeTimeout]),
 //     which holds even when the go-redis client has none of its own, and no
-//     call outlives its ctx. A node silent past that timeout has its circuit
+//     call outlives its ctx. Setting up a node's connection (the first, or
+//     one after a broken one) is waited for up to 5 node timeouts, and goes
+//     on within the client's DialTimeout so that the next attempt finds it. A node silent past that timeout has its circuit
 //     opened: its calls fail at once, unsent, until a single probe call is
 //     answered. At most 4 call goroutines are parked on a node that does
 //     not answer (on a Cluster, per shard: a hung shard holds up only its

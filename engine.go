@@ -118,6 +118,9 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
 			return c.fail(p, &ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
 		}
+		if p.abandon != nil && p.abandon.Load() {
+			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
+		}
 		st, as := c.try(p)
 		if len(st.VotesFor) >= r.needed() && !st.Late {
 			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries

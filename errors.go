@@ -163,6 +163,9 @@ type NodeTimeoutError struct {
 
 	validity bool // Timeout was the lock's validity (ttl − drift), shorter than the node timeout
 	setUp    bool // Timeout was the lock's validity, which passed while the lane set up a connection
+	// connecting: Timeout was the wait for a connection's set-up
+	// (lane.SetUpWait node timeouts), which the lane gave up.
+	connecting bool
 }
 
 // Error implements the error interface.
@@ -174,6 +177,8 @@ func (e *NodeTimeoutError) Error() string {
 	switch {
 	case e.CircuitOpen:
 		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
+	case e.connecting:
+		fmt.Fprintf(&b, "no connection set up within %v (%d times WithNodeTimeout; it goes on within the client's DialTimeout)", e.Timeout, lane.SetUpWait)
 	case e.setUp:
 		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift), while the client was still setting up a connection (dialing, the handshake: bounded by the client's DialTimeout)", e.Timeout)
 	case e.validity:

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
@@ -64,6 +65,10 @@ type plan struct {
 	// pastUntil is what happens once until has passed: the call ends
 	// before an attempt (extend) or after one (release).
 	pastUntil pastUntil
+	// abandon, for an extend, is set once a release of the lock started:
+	// from then on the extension sends nothing and makes no new attempt,
+	// since it would write back the keys that the release deletes.
+	abandon *atomic.Bool
 }
 
 // pastUntil says how an operation on an existing lock treats its expiration.

@@ -74,6 +74,9 @@ type attemptState struct {
 	// deleted marks, for a release, the nodes that deleted the value in
 	// any attempt of the call (see execute).
 	deleted []atomic.Bool
+	// abandon is the plan's (an extend's): set once the lock's release
+	// started.
+	abandon *atomic.Bool
 	// winner is, once a semaphore's attempt won, the permits its quorum
 	// took.
 	winner atomic.Pointer[string]
@@ -97,7 +100,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), poke: make(chan struct{}, 1), nodes: make([]nodeCall, n), deleted: deleted}
-	as.limit = as.deadline
+	as.limit, as.abandon = as.deadline, p.abandon
 	if p.ttl > 0 {
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
 	}

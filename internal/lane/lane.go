@@ -60,6 +60,10 @@ type Lane struct {
 	// sends. setting is set while it does.
 	ready   bool
 	setting bool
+	// slowSetUp is set when a set-up outlasted its calls' wait, until one
+	// succeeds: the node looks silent, and the next set-ups (the breaker's
+	// probes) are waited for one node timeout, as a call is.
+	slowSetUp bool
 	// loaded holds the scripts the server is known to have cached since
 	// the lane's last set-up (or its last NOSCRIPT): the others go with
 	// their source (EVAL), so that a first call costs one round trip.

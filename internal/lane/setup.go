@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -19,11 +20,14 @@ import (
 // with it, so the next attempt started from scratch.
 //
 // So a lane that has no connection known to work (a new lane, or one whose
-// last round ended in a network error: refused, reset, closed) sets one up
-// before it sends: a PING through the client, bounded by the client's own
-// dial timeout (DialTimeout, default 5s) rather than by the node timeout,
-// and not cut short when the calls that needed it give up: the next attempt
-// finds the connection ready in the pool. Its calls are told (Connector):
+// last round ended in a network error: refused, reset, closed) and an empty
+// pool sets one up before it sends: a dial of its own that reports a
+// refused or unresolvable address at once, then a PING through the client.
+// Its calls wait for it for SetUpWait node timeouts (about five round trips
+// of a node in reach), not one; the PING goes on past that, within the
+// client's own dial timeout (DialTimeout, default 5s), when the calls that
+// needed it gave up, so that the next attempt finds the connection ready in
+// the pool. Its calls are told (Connector):
 // their node's silence is counted from when they are sent, not before. And
 // the first call of each script after a set-up (or after its NOSCRIPT)
 // carries the script itself (EVAL), so that it costs one round trip once
@@ -53,47 +57,93 @@ func (nd *Node) setsUp() bool {
 	return c.PoolStats().IdleConns == 0
 }
 
-// setUpBound is how long a set-up may take: the client's dial timeout
-// (go-redis's default, 5s, when it has none of its own), and at least the
-// node timeout.
-func (nd *Node) setUpBound(base time.Duration) time.Duration {
+// SetUpWait is how many node timeouts a call waits for its lane to set up a
+// connection: dialing and the handshake take about five round trips, each
+// within the node timeout when the node is in reach. Past that, the lane's
+// breaker opens as for a silence (for one node timeout), and the set-up goes
+// on in the background, within the client's dial timeout, so that the next
+// attempt finds the connection ready. Until a set-up succeeds, the next ones
+// (the breaker's probes) are waited for one node timeout only: a node that
+// took that long looks silent.
+const SetUpWait = 5
+
+// setUpBound is how long the set-up itself may take: the client's dial
+// timeout (go-redis's default, 5s, when it has none of its own), and at
+// least the calls' wait.
+func (nd *Node) setUpBound(wait time.Duration) time.Duration {
 	d := 5 * time.Second
 	if c, ok := nd.client.(*redis.Client); ok && c.Options().DialTimeout > 0 {
 		d = c.Options().DialTimeout
 	}
-	return max(d, base)
+	return max(d, wait)
+}
+
+// reach dials the node once, without the client's dial retries, and
+// reports a refused or unresolvable address at once (a nil error
+// otherwise, a timeout included: the set-up then says). go-redis retries a
+// failed dial for about a second, which a node that refuses connections
+// would cost every set-up. A FailoverClient (its address is the
+// sentinels') is not dialed.
+func (nd *Node) reach(ctx context.Context) error {
+	c, ok := nd.client.(*redis.Client)
+	if !ok || c.Options().Addr == "FailoverClient" {
+		return nil
+	}
+	o := c.Options()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, o.Network, o.Addr)
+	if err != nil {
+		if IsTimeout(err) {
+			return nil
+		}
+		return err
+	}
+	_ = conn.Close()
+	return nil
 }
 
 // setUp sets up a connection to the node for batch, whose calls are told
-// they wait for it. On failure the calls fail unsent: with the client's
-// network error, or, past the bound, with a *TimeoutError, the breaker
-// opened (a node that accepts a connection and never answers is silent).
+// they wait for it. On failure the calls fail unsent: with the network
+// error (a refused or unresolvable address: nothing opens), or, after
+// SetUpWait node timeouts, with a *TimeoutError, the breaker opened for one
+// node timeout (a node that accepts a connection and never answers is
+// silent) while the set-up goes on, detached, until the client's dial
+// timeout.
 func (l *Lane) setUp(batch []*Call) setUpResult {
 	for _, c := range batch {
 		connecting(c)
 	}
-	bound := l.node.setUpBound(l.base)
+	l.mu.Lock()
+	wait := SetUpWait * l.base
+	if l.slowSetUp {
+		wait = l.base
+	}
+	l.mu.Unlock()
+	bound := l.node.setUpBound(SetUpWait * l.base)
 	var state atomic.Int32
-	watchdog := time.AfterFunc(bound, func() {
+	watchdog := time.AfterFunc(wait, func() {
 		if !state.CompareAndSwap(batchRunning, batchSilent) {
 			return
 		}
 		l.mu.Lock()
 		l.parked++
 		l.working, l.setting = false, false // the next call starts a worker of its own
-		failed := l.trip(bound)
+		l.slowSetUp = true
+		failed := l.trip(l.base)
 		for _, c := range batch {
 			failed = append(failed, l.hold(c)...)
 		}
-		cause := l.cause
 		l.mu.Unlock()
-		err := &TimeoutError{Timeout: bound, Cause: &SetUpError{Took: bound, Cause: cause}}
+		err := &TimeoutError{Timeout: wait, Shard: l.shard, Cause: &SetUpError{Took: wait}}
 		for _, c := range failed {
 			c.H.Done(Result{Err: err, Acks: -1, Local: -1})
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	err := l.node.client.Ping(ctx).Err()
+	err := l.node.reach(ctx)
+	if err == nil {
+		err = l.node.client.Ping(ctx).Err()
+	}
 	cancel()
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
 	watchdog.Stop()
@@ -103,7 +153,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 	if spoke {
 		// The connection is in the pool, and the server's script cache
 		// is not known: each script's next call carries its source.
-		l.ready, l.cause, l.loaded = true, nil, nil
+		l.ready, l.cause, l.loaded, l.slowSetUp = true, nil, nil, false
 	} else if !IsTimeout(err) && !errors.Is(err, redis.ErrClosed) {
 		l.cause = err
 	}
@@ -126,8 +176,9 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 	// is the node's silence.
 	var failed []*Call
 	if IsTimeout(err) {
-		failed = l.trip(bound)
-		err = &TimeoutError{Timeout: bound, Cause: &SetUpError{Took: bound, Cause: err}}
+		l.slowSetUp = true
+		failed = l.trip(l.base)
+		err = &TimeoutError{Timeout: wait, Shard: l.shard, Cause: &SetUpError{Took: wait, Cause: err}}
 	} else {
 		l.state, l.probing = closed, false
 		err = &SetUpError{Cause: err}
@@ -157,7 +208,7 @@ type SetUpError struct {
 func (e *SetUpError) Error() string {
 	s := "setting up a connection"
 	if e.Took > 0 {
-		s += fmt.Sprintf(" took longer than %v (the client's DialTimeout)", e.Took)
+		s += fmt.Sprintf(" took longer than %v (%d node timeouts, WithNodeTimeout; it goes on within the client's DialTimeout)", e.Took, SetUpWait)
 	}
 	if e.Cause != nil {
 		s += ": " + e.Cause.Error()
@@ -191,9 +242,9 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 		err := c.res.Err
 		switch {
 		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-			// Its next call carries it. (A restart also breaks the
-			// connections, and the set-up that follows forgets every
-			// script; a SCRIPT FLUSH alone is learnt script by script.)
+			// Its next call carries it. (A set-up forgets every
+			// script; a restart or a SCRIPT FLUSH on a connection that
+			// stays up is learnt script by script: one NOSCRIPT each.)
 			delete(l.loaded, c.Hash)
 		case isReply(err):
 			answered = true
