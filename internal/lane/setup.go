@@ -21,8 +21,8 @@ import (
 //
 // So a lane that has no connection known to work (a new lane, or one whose
 // last round ended in a network error: refused, reset, closed) and an empty
-// pool sets one up before it sends: a dial of its own that reports a
-// refused or unresolvable address at once, then a PING through the client.
+// pool sets one up before it sends: a PING through the client, beside a
+// dial of its own that reports a refused or unresolvable address at once.
 // Its calls wait for it for SetUpWait node timeouts (about five round trips
 // of a node in reach), not one; the PING goes on past that, within the
 // client's own dial timeout (DialTimeout, default 5s), when the calls that
@@ -139,10 +139,18 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 			c.H.Done(Result{Err: err, Acks: -1, Local: -1})
 		}
 	})
+	// The PING and a dial of our own go at once: the dial costs no time
+	// when the node is in reach, and when it is refused or does not
+	// resolve, the PING (in go-redis's dial retries) is cancelled.
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	pinged := make(chan error, 1)
+	go func() { pinged <- l.node.client.Ping(ctx).Err() }()
 	err := l.node.reach(ctx)
-	if err == nil {
-		err = l.node.client.Ping(ctx).Err()
+	if err != nil {
+		cancel()
+		<-pinged
+	} else {
+		err = <-pinged
 	}
 	cancel()
 	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
