@@ -103,10 +103,10 @@ func (e *Election) ready(ctx context.Context) error {
 // is extended as [Redlock.Using] extends its lock, by ttl whenever less than
 // the automatic extension threshold is left, and its context ends as soon
 // as an extension finds the lock gone, or, when no extension got through,
-// at the lock's cancel point: 20ms before the end of its validity (a
-// quarter of the threshold when that is less), the margin for late timers
-// that Using's doc measures; the keys expire on the nodes later still, by
-// the drift allowance. The
+// at the lock's cancel point: a quarter of the threshold before the end of
+// its validity, 100ms at most, the margin for late timers that Using's doc
+// measures; the keys expire on the nodes later still, by the drift
+// allowance. The
 // term's context carries ctx's values, not its end (the campaign's ctx bounds
 // the wait, not the term), and the term's number as its fencing token
 // ([TokenFrom]). Resign the term when done (or use

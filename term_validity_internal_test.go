@@ -12,20 +12,19 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// The cancel point's margin: 20ms, or a quarter of the threshold when
-// less, so that an extension keeps three quarters of the threshold to get
-// through.
+// The cancel point's margin: a quarter of the threshold, 100ms at most, so
+// that an extension keeps three quarters of the threshold to get through.
 func TestCancelPointMargin(t *testing.T) {
 	for _, c := range []struct {
 		threshold, want time.Duration
 	}{
-		{500 * time.Millisecond, 20 * time.Millisecond}, // the default
-		{150 * time.Millisecond, 20 * time.Millisecond},
-		{80 * time.Millisecond, 20 * time.Millisecond},
-		{40 * time.Millisecond, 10 * time.Millisecond},
+		{500 * time.Millisecond, 100 * time.Millisecond}, // the default
+		{400 * time.Millisecond, 100 * time.Millisecond},
+		{300 * time.Millisecond, 75 * time.Millisecond},
+		{100 * time.Millisecond, 25 * time.Millisecond},
 		{time.Millisecond, 250 * time.Microsecond},
 		{0, 0},
-		{24 * time.Hour, 20 * time.Millisecond},
+		{24 * time.Hour, 100 * time.Millisecond},
 	} {
 		cfg := defaultConfig()
 		cfg.extensionThreshold = c.threshold
@@ -72,7 +71,7 @@ func countPrefix(s string) int {
 	return n
 }
 
-// BenchmarkCancelPointLateness measures what lostMargin covers: how late a
+// BenchmarkCancelPointLateness measures what the cancel point's margin covers: how late a
 // goroutine waiting on a context sees it end when a timer's goroutine
 // cancels it at a set time, the extender's path at its cancel point, with
 // 16 such timers at a time (a process with many locks). Its metrics are

@@ -22,15 +22,15 @@ import (
 // When the lock cannot be extended, fn's context is cancelled with a cause
 // ([context.Cause]) that matches [ErrExtensionFailed] and wraps why: at
 // once when an extension finds the lock taken over or gone; otherwise (a
-// quorum of nodes unreachable or slow) at the cancel point, 20ms before the
-// end of the lock's validity (a quarter of the threshold when that is
-// less), if no extension got through by then. The margin is for late
-// timers, so that fn sees its context end before the validity does: on a
-// 2-core machine the delay from a timer's time to a goroutine that sees the
-// context end was at most 10ms (p99 1.5ms) with a few test processes
-// running, and p99 4-6ms, p99.9 8-54ms beside two busy loops as well
-// (BenchmarkCancelPointLateness). A process starved of CPU for longer sees
-// it late, as any process paused past its validity: fence the writes
+// quorum of nodes unreachable or slow) at the cancel point, if no extension
+// got through by then: a quarter of the threshold before the end of the
+// lock's validity, 100ms at most (100ms with the default threshold). The
+// margin is for late timers, so that fn sees its context end before the
+// validity does: on a 2-core machine the delay from a timer's time to a
+// goroutine that sees the context end was at most 10ms (p99 1.5ms) with a
+// few test processes running, and at most 14-89ms (p99 4-6ms) beside two
+// busy loops as well. A process starved of CPU for longer than the margin
+// sees it late, as any process paused past its validity: fence the writes
 // ([WithFencing]). An extension that got through before the cancel point
 // was acted on keeps the lock and moves the cancel point: fn's context
 // never ends while the lock is extended. Using then returns an error
@@ -127,24 +127,26 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	return fn(fnCtx)
 }
 
-// lostMargin is how long before the end of a lock's validity Using ends
-// fn's context (and the election a term's) when no extension got through by
-// then: the cancel point. It covers the timers' lateness (the extender
-// wakes, cancels, and fn's goroutine is scheduled), so that fn sees its
-// context end inside the validity rather than after it. Measured on a
-// 2-core machine (a timer that cancels a context, 16 at a time; the delay
-// until a goroutine waiting on Done runs): idle p99 1.2ms, max 10ms; beside
-// two busy loops p99 2.3-3.8ms, max 11ms; under the race detector beside
-// them max 28ms. The harness (TestSafety's elections), whose load is its
-// own, keeps the figure: the least margin by which a lost term's context
-// ended before the validity.
-const lostMargin = 20 * time.Millisecond
+// The cancel point of a lock is the end of its validity less a margin: a
+// quarter of the extension threshold, maxMargin at most. When no extension
+// got through by then, Using ends fn's context (and the election a term's).
+// The margin is for late timers (the extender wakes, cancels, and fn's
+// goroutine is scheduled), so that fn sees its context end inside the
+// validity rather than after it; the quarter leaves an extension three
+// quarters of the threshold to get through. Measured on a 2-core machine
+// (BenchmarkCancelPointLateness: a timer that cancels a context, 16 at a
+// time, and the delay until a goroutine waiting on Done runs): with other
+// test processes running, p99 1.2-1.5ms, max 5.5-10ms; beside two busy
+// loops as well, p99 4-6ms, max 14-89ms. The safety harness (TestSafety's
+// elections, whose load is its own), at 100,000 sections with other suites
+// beside it, saw a lost term's context end up to 56ms after a 20ms cancel
+// point (5 of 230 after the validity's end), and up to 28ms after the 75ms
+// one of its 300ms threshold (all 224 at least 46ms before the validity's
+// end).
+const maxMargin = 100 * time.Millisecond
 
-// margin is the cancel point's distance from the end of the validity:
-// lostMargin, or a quarter of the extension threshold when that is less,
-// so that an extension has at least three quarters of the threshold to get
-// through.
-func margin(cfg *config) time.Duration { return min(lostMargin, cfg.extensionThreshold/4) }
+// margin is the cancel point's distance from the end of the validity.
+func margin(cfg *config) time.Duration { return min(maxMargin, cfg.extensionThreshold/4) }
 
 // extender keeps one Using's lock alive. Its fields other than stop are
 // written by its goroutine only, and read by Using after exited is closed.
