@@ -21,7 +21,10 @@
 //
 // [Redlock.Using] runs a function under a lock that it extends while the
 // function runs; the function's context is cancelled, with a cause matching
-// [ErrExtensionFailed], as soon as the lock cannot be extended.
+// [ErrExtensionFailed], as soon as an extension finds the lock gone, and at
+// the latest at the lock's cancel point, a quarter of the extension
+// threshold (100ms at most) before its validity ends, when no extension got
+// through by then.
 //
 // # What is fixed, compared with node-redlock
 //
@@ -264,9 +267,11 @@
 //
 // A term's context ([Term.Context]) ends before anyone else can lead: at
 // [Term.Resign] before the release is sent (cause [ErrResigned]); when an
-// extension finds the lock gone, or the lock's validity ends with no
-// extension through (cause matching [ErrExtensionFailed]), which is before
-// the keys expire on the nodes by the drift allowance; at [Redlock.Close]
+// extension finds the lock gone, or at the lock's cancel point, a quarter of
+// the extension threshold (100ms at most) before its validity ends, when no
+// extension got through by then (cause matching [ErrExtensionFailed]):
+// before the validity by that margin, which covers late timers, and before
+// the keys expire on the nodes by the drift allowance more; at [Redlock.Close]
 // (cause [ErrClosed]). A successor needs a quorum of nodes free of the
 // term's keys: after its release, or its expiry. So a resigned leader is
 // followed within a few round trips (the waiting candidates wake on the
