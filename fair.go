@@ -27,6 +27,28 @@ import (
 // the release, a resource handed to it. Mutual exclusion is untouched: a
 // key holds one value or one id, and a holder needs a quorum of keys with
 // its own value.
+//
+// Only calls of the fair queue read the queues; every other client meets
+// them through the key alone (fair_foreign_test.go). A resource handed to a
+// waiter holds the waiter's id, which this library's plain acquire,
+// node-redlock's and a SET NX all find held: they wait until the queue is
+// empty. A resource freed by such a client itself (its release deletes the
+// key), or that expired, is free while waiters queue, and the first acquire
+// to reach a quorum takes it: the head's, or the other client's. This
+// library's plain release announces the key it frees, which wakes the head
+// at once: the head usually comes first (its wake comes with the first
+// node's delete, the plain client's next attempt after its release's
+// quorum), but that is a race. Other clients' releases announce nothing,
+// and the head tries again only after its pause (a third of its liveness at
+// most), so a client that takes the key again as soon as it frees it
+// overtakes the head until one of the head's attempts falls in a gap
+// (hundreds of grants in a second), or the head's retries end. A plain lock
+// handed over in its process (WithHandOver) frees nothing: that process's
+// waiters go first, up to 16 hand-overs or 100ms by default. A plain
+// release that handed the key to the head, as the fair release does, would
+// end the race for this library's own clients, at the cost of the queue's
+// keys in every release; it is not done (issue 31). Mutual exclusion holds
+// with every client: each needs a quorum of keys with its own value.
 
 // queueKey and queueLiveKey return the keys of resource's queue and of its
 // waiters' deadlines, in its slot.

@@ -374,25 +374,26 @@ func WithHandOver(max int, window time.Duration) Option {
 
 // WithFairQueue sets whether an Acquire of an exclusive lock that finds its
 // resources held queues for them on the nodes, first come first served
-// across processes: each node keeps a queue per resource, ordered by when
-// each waiter began waiting (on its own clock; a clock behind by d puts its
-// waiters d earlier), so every node agrees on the head. A release hands
-// each resource to the head of its queue, which learns it from the release
-// announcements (see [WithWakeOnRelease]) and holds the lock once a quorum
-// of nodes said so, with no round trip of its own. A waiter asks again at
-// least every third of a second (or every 5/3 node timeouts when that is
-// longer), which keeps its place; one that gives up leaves at once; one that
-// vanished leaves after a second, and if it vanished just after being
-// handed the lock, holds it up for its ttl, as a holder that vanished does.
+// across processes: each node orders a resource's waiters by when each began
+// waiting (on its own clock: one behind by d is served as if it came d
+// earlier). A release hands each resource to the head, which holds the lock
+// once a quorum of nodes announced it ([WithWakeOnRelease]). A waiter asks
+// again at least every third of a second (5/3 node timeouts if longer) to
+// keep its place; one that gives up leaves at once, one that vanished after
+// a second (a lock handed to it stays for its ttl).
 //
-// Plain Acquires (without the option, or node-redlock's) on the same nodes
-// are excluded as usual, and take a resource only when no one queues. The queues are two sorted sets per resource ("redlock:queue:" and
+// Only Acquires with this option queue. Other clients (a plain Acquire,
+// node-redlock, redsync, SET NX) find a resource handed to a waiter held;
+// one they free themselves, or that expires, goes to the first of them or
+// the head to reach a quorum. A plain Release of this library wakes the
+// head, which tries at once; others announce nothing, and a client that
+// takes the resource again as soon as it frees it overtakes the head until
+// an attempt of the head's finds it free. Mutual exclusion holds with all.
+// The queues are two sorted sets per resource ("redlock:queue:" and
 // "redlock:qlive:", then "{tag}:" + resource, in its Cluster slot), which
-// expire two seconds after the last waiter asked. It cannot be combined
-// with [WithFencing], [WithPermits] or [WithShared], and it turns
-// [WithHandOver] off (the queue decides who is next). Default: off: it adds
-// a queue write to every contended attempt, and plain waiters (node-redlock
-// processes) would wait behind the queue.
+// expire two seconds after the last waiter asked. It cannot be combined with
+// [WithFencing], [WithPermits] or [WithShared], and turns [WithHandOver]
+// off. Default: off (a queue write per contended attempt).
 func WithFairQueue(on bool) Option {
 	return func(c *config) { c.fair = on }
 }
