@@ -98,12 +98,10 @@ func (as *attemptState) sending(i int) bool {
 	// flag and skips, or releaseWrites sees the call as sent and awaits it.
 	if nc.state.Swap(callSent) == callConnecting {
 		// The lane set up a connection first: that time is not the
-		// node's, and the collector judges its deadline again.
+		// node's. (The collector, which waits for a connecting node
+		// until the limit, needs no wake: the lane's own watchdog
+		// reports a silence one node timeout after the send.)
 		nc.setUp.Store(int64(time.Since(time.Unix(0, nc.since.Load()))))
-		select {
-		case as.poke <- struct{}{}:
-		default:
-		}
 	}
 	deadline := as.deadline.Add(time.Duration(nc.setUp.Load()))
 	switch {

@@ -61,11 +61,8 @@ type attemptState struct {
 	// setting up a connection (whose time does not count against the
 	// node's timeout): the lock's validity for an operation that writes a
 	// ttl, else the deadline (a release is bounded by the node timeout).
-	limit time.Time
-	votes chan vote // room for every node: a send never blocks
-	// poke wakes the collector when a node's call left its lane's
-	// connection set-up: its deadline moved.
-	poke    chan struct{}
+	limit   time.Time
+	votes   chan vote // room for every node: a send never blocks
 	nodes   []nodeCall
 	outcome atomic.Int32
 	// cleanup is set for an operation whose failed attempts release what
@@ -99,7 +96,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		}
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan vote, n), poke: make(chan struct{}, 1), nodes: make([]nodeCall, n), deleted: deleted}
+		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
 	as.limit, as.abandon = as.deadline, p.abandon
 	if p.ttl > 0 {
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
@@ -168,15 +165,6 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			if next := as.expire(p); next > 0 {
 				timer.Reset(next)
 			}
-		case <-as.poke:
-			// A node's deadline moved: judge the deadlines again now.
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			timer.Reset(0)
 		case <-done:
 			done = nil
 			for i := range n {
