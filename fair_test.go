@@ -93,12 +93,14 @@ func TestFairQueueDeadHead(t *testing.T) {
 	key := "dead"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
-	// A waiter that began waiting long ago, and will never ask again.
+	// A waiter that began waiting long ago, alive (its deadline a minute
+	// away) until the other waiter has queued behind it.
 	ghost := "0123456789abcdef0123456789abcdef"
+	live := "redlock:qlive:{" + key + "}:" + key
 	for _, p := range f.Peek {
 		now := time.Now().UnixMilli()
 		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: float64(now - 60000), Member: ghost + ":1000"}).Err())
-		require.NoError(t, p.ZAdd(ctx, "redlock:qlive:{"+key+"}:"+key, redis.Z{Score: float64(now + 1000), Member: ghost + ":1000"}).Err())
+		require.NoError(t, p.ZAdd(ctx, live, redis.Z{Score: float64(now + 60000), Member: ghost + ":1000"}).Err())
 	}
 	other, _ := candidate(t, f, redlock.WithFairQueue(true))
 	got := make(chan acquired, 1)
@@ -107,15 +109,28 @@ func TestFairQueueDeadHead(t *testing.T) {
 		got <- acquired{nl, err}
 	}()
 	queuedOnNodes(t, f, key, 2)
+	// Its last ask, just before it vanished: it leaves in a second. (A
+	// deadline set before the other waiter queued could pass, on a loaded
+	// machine, before the release: 2 of 20 runs beside two CPU hogs.)
+	for _, p := range f.Peek {
+		require.NoError(t, p.ZAdd(ctx, live, redis.Z{Score: float64(time.Now().UnixMilli() + 1000), Member: ghost + ":1000"}).Err())
+	}
 	released := time.Now()
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
-	// (A release returns at its quorum: the last node's hand-over may be a
-	// moment behind.)
+	// A quorum, not every node: a release returns at its quorum, and the
+	// last node's hand-over may come late (on a loaded machine, after a
+	// node timeout and a second send), by when the ghost's place has
+	// lapsed there and the node hands the key to the other waiter.
 	assert.Eventually(t, func() bool {
-		h := f.holders(t, key)
-		return h[0] == ghost && h[1] == ghost && h[2] == ghost
-	}, 500*time.Millisecond, time.Millisecond, "handed to the head of the queue on every node")
+		n := 0
+		for _, h := range f.holders(t, key) {
+			if h == ghost {
+				n++
+			}
+		}
+		return n >= 2
+	}, 500*time.Millisecond, time.Millisecond, "handed to the head of the queue on a quorum")
 	select {
 	case g := <-got:
 		require.NoError(t, g.err)
