@@ -46,6 +46,21 @@ func ownRedlock(t *testing.T, f *fixture, proxied bool, opts ...redlock.Option) 
 	return rl, pxs
 }
 
+// healOnCleanup heals the proxies when the test ends, before the clients
+// registered earlier close: a trial that failed half-way leaves partitions
+// behind, and a client whose connection set-up is stuck behind one (these
+// clients have no timeouts) blocks its Close for ever (a failed trial hung
+// until the test binary's 10-minute timeout).
+func healOnCleanup(t *testing.T, groups ...[]*redistest.Proxy) {
+	t.Cleanup(func() {
+		for _, g := range groups {
+			for _, px := range g {
+				px.Heal()
+			}
+		}
+	})
+}
+
 // Mutual exclusion across a fair waiter W and a plain holder X, with only
 // minority faults and a delayed message:
 //
@@ -70,6 +85,7 @@ func TestFairStaleHandOverNotCounted(t *testing.T) {
 		key := fmt.Sprintf("stale%d", trial)
 		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
 		X, _ := ownRedlock(t, f, false) // plain (unfair), direct
+		healOnCleanup(t, f.Proxies, hpx)
 		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err)
 
@@ -107,6 +123,7 @@ func TestFairStaleHandOverNotCounted(t *testing.T) {
 		}
 		wres := make(chan res, 1)
 		wctx, wcancel := context.WithCancel(ctx)
+		t.Cleanup(wcancel)
 		go func() {
 			l, err := f.rl.Acquire(wctx, []string{key}, 600*time.Millisecond, redlock.WithRetryCount(-1),
 				redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
@@ -196,6 +213,7 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 		key := fmt.Sprintf("stalefair%d", trial)
 		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
 		X, xpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
+		healOnCleanup(t, f.Proxies, hpx, xpx)
 		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err)
 		// warm X's pools, then cut X from nodes 0 and 1
@@ -211,6 +229,7 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 		}
 		xres := make(chan res, 1)
 		xctx, xcancel := context.WithCancel(ctx)
+		t.Cleanup(xcancel)
 		go func() {
 			l, err := X.Acquire(xctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0))
 			xres <- res{l, err, time.Now()}
@@ -220,6 +239,7 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 		f.Proxies[2].Set(redistest.Partition)
 		wres := make(chan res, 1)
 		wctx, wcancel := context.WithCancel(ctx)
+		t.Cleanup(wcancel)
 		go func() {
 			l, err := f.rl.Acquire(wctx, []string{key}, 600*time.Millisecond, redlock.WithRetryCount(-1),
 				redlock.WithRetryDelay(100*time.Millisecond), redlock.WithRetryJitter(0))
