@@ -185,8 +185,8 @@ func WithAutomaticExtensionThreshold(d time.Duration) Option {
 // probe; an answer to it ends the pause. So a node that does not answer holds
 // at most 4 of redlock's call goroutines, however many calls are made
 // meanwhile, and costs each caller nothing more than a vote against. A
-// release it does not reply to is kept and sent again when it answers.
-// Default: 100ms.
+// release it does not reply to is kept and sent again when it answers. A
+// node's first connection is waited for 5 node timeouts. Default: 100ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }
