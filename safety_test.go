@@ -142,13 +142,16 @@ func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
 // rollingRestart restarts every node in turn, as an operator upgrading
 // them does: each killed, kept down for down (past the longest ttl: the
 // delayed-restart rule), started again empty, and left up for 150ms before
-// the next goes down. At most one node is down at a time.
+// the next goes down. At most one node is down at a time. killedAt is the
+// first kill (every node loses its fencing counters in turn: a token below
+// one granted before it counts as after data loss once the first node is
+// back), restartedAt each restart.
 func (h *harness) rollingRestart(down time.Duration) {
 	h.restart = make(chan struct{})
+	h.killedAt.Store(time.Now().UnixNano())
 	go func() {
 		defer close(h.restart)
 		for _, nd := range h.Nodes {
-			h.killedAt.Store(time.Now().UnixNano())
 			nd.Kill()
 			time.Sleep(down)
 			nd.Restart()
