@@ -25,20 +25,22 @@ import (
 // node-redlock's scripts (v5; ../shared/research/node-redlock.md, 2.4): its
 // acquire takes the keys only when none exists, its release deletes the
 // keys that hold the lock's value. Neither reads the queues, and the release
-// announces nothing.
-var (
-	nodeRedlockAcquire = redis.NewScript(`
+// announces nothing. Sent with EVAL: a package-level redis.NewScript would
+// hash them with crypto/sha1 at init, which panics under
+// GODEBUG=fips140=only (.ci/run's FIPS step builds this package's tests).
+const (
+	nodeRedlockAcquire = `
 for i, key in ipairs(KEYS) do if redis.call("exists", key) == 1 then return 0 end end
 for i, key in ipairs(KEYS) do redis.call("set", key, ARGV[1], "PX", ARGV[2]) end
 return #KEYS
-`)
-	nodeRedlockRelease = redis.NewScript(`
+`
+	nodeRedlockRelease = `
 local count = 0
 for i, key in ipairs(KEYS) do
   if redis.call("get", key) == ARGV[1] then redis.pcall("del", key); count = count + 1 end
 end
 return count
-`)
+`
 )
 
 // foreign locks a key as a client that writes it itself does, through a
@@ -75,7 +77,7 @@ func (fc *foreign) acquire(ctx context.Context, key string, ttl time.Duration) (
 				if c.Do(ctx, "SET", key, value, "NX", "PX", ttl.Milliseconds()).Err() == nil {
 					won.Add(1)
 				}
-			} else if n, _ := nodeRedlockAcquire.Run(ctx, c, []string{key}, value, ttl.Milliseconds()).Int(); n == 1 {
+			} else if n, _ := c.Eval(ctx, nodeRedlockAcquire, []string{key}, value, ttl.Milliseconds()).Int(); n == 1 {
 				won.Add(1)
 			}
 		})
@@ -92,7 +94,7 @@ func (fc *foreign) acquire(ctx context.Context, key string, ttl time.Duration) (
 func (fc *foreign) release(key, value string) {
 	var wg sync.WaitGroup
 	for _, c := range fc.cs {
-		spawn(&wg, func() { _ = nodeRedlockRelease.Run(context.Background(), c, []string{key}, value).Err() })
+		spawn(&wg, func() { _ = c.Eval(context.Background(), nodeRedlockRelease, []string{key}, value).Err() })
 	}
 	wg.Wait()
 }
