@@ -5,6 +5,7 @@ package script
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -251,7 +252,9 @@ type Script struct {
 // newScript makes the script of src, with the hash go generate wrote for
 // it in hashes_gen.go: no SHA-1 is computed at run time (see hashes.go).
 func newScript(src string) *Script {
-	return &Script{Src: src, Hash: hashes[src]}
+	fp := fnv.New64a()
+	fp.Write([]byte(src))
+	return &Script{Src: src, Hash: hashes[fp.Sum64()]}
 }
 
 // The scripts.
