@@ -121,3 +121,29 @@ func BenchmarkColdFirstCall(b *testing.B) {
 		})
 	}
 }
+
+// TestSetUpOfASilentNodeIsBounded measures the promise on a node that
+// accepts connections and never answers, on a fresh Redlock (no connection
+// yet): a call waits for its set-up at most 5 node timeouts (then the
+// breaker opens), and the next call to it fails at once, unsent.
+func TestSetUpOfASilentNodeIsBounded(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 3}, redlock.WithNodeTimeout(100*time.Millisecond))
+	for _, nd := range f.Nodes[1:] {
+		nd.Pause()
+		t.Cleanup(nd.Resume)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	_, err := f.rl.Acquire(ctx, []string{"silent"}, 10*time.Second, redlock.WithRetryCount(0))
+	took := time.Since(start)
+	require.Error(t, err)
+	t.Logf("first try-lock: %v: %v", took, err)
+	assert.Contains(t, err.Error(), "no connection set up within 500ms")
+	assert.Less(t, took, 500*time.Millisecond+time.Second, "the first try-lock waited past 5 node timeouts (plus a margin)")
+	start = time.Now()
+	_, err = f.rl.Acquire(ctx, []string{"silent"}, 10*time.Second, redlock.WithRetryCount(0))
+	took = time.Since(start)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not sent", "the breaker is open")
+	assert.Less(t, took, 300*time.Millisecond, "the second try-lock waited for a silent node (it fails at once: a margin for a loaded machine)")
+}
