@@ -160,9 +160,10 @@ func (w *handWitness) leave(keys []int, me *handHolder) bool {
 	return bad
 }
 
-// token reports whether tok, of the holder who, is at or below a token
-// that entered keys before, and describes that one and when it entered.
-func (w *handWitness) token(keys []int, tok uint64, who string) (low bool, above string, at time.Time) {
+// token reports whether tok, of the holder who, granted at entered (its
+// write-back landed before), is at or below a token that entered keys
+// before, and describes that one and when it was granted.
+func (w *handWitness) token(keys []int, tok uint64, who string, entered time.Time) (low bool, above string, at time.Time) {
 	for _, k := range keys {
 		for {
 			top := w.top[k].Load()
@@ -174,15 +175,30 @@ func (w *handWitness) token(keys []int, tok uint64, who string) (low bool, above
 				break
 			}
 			if w.top[k].CompareAndSwap(top, tok) {
-				now := time.Now()
-				d := fmt.Sprintf("%s with token %d at %s", who, tok, now.Format("15:04:05.000000"))
-				w.topWho[k].Store(&d)
-				w.topAt[k].Store(now.UnixNano())
+				w.set(k, tok, who, entered)
 				break
 			}
 		}
 	}
 	return low, above, at
+}
+
+// set records tok as the top token of key k.
+func (w *handWitness) set(k int, tok uint64, who string, entered time.Time) {
+	d := fmt.Sprintf("%s with token %d at %s", who, tok, entered.Format("15:04:05.000000"))
+	w.topWho[k].Store(&d)
+	w.topAt[k].Store(entered.UnixNano())
+}
+
+// restart makes tok the top token of keys, after a node's data loss
+// excused a token at or below the top: the tokens after it are checked
+// against it.
+func (w *handWitness) restart(keys []int, tok uint64, who string, entered time.Time) {
+	for _, k := range keys {
+		if top := w.top[k].Load(); tok < top && w.top[k].CompareAndSwap(top, tok) {
+			w.set(k, tok, who, entered)
+		}
+	}
 }
 
 // fenced checks the token tok of a holder that entered keys, and reports
@@ -192,17 +208,21 @@ func (w *handWitness) token(keys []int, tok uint64, who string) (low bool, above
 //     for its validity, or more) may have been granted before the one that
 //     entered last: its token is stale, as a fenced resource would refuse
 //     it, not out of order;
-//   - a token at or below one that entered before a node was killed, when
-//     it enters after the node came back empty: the counters of a
-//     write-back that reached a bare quorum do not survive the loss of one
-//     of its nodes (RELIABILITY.md, "Tokens and data loss").
-func (hw *handWorkers) fenced(keys []int, tok uint64, valid bool, who string, hs *handStats) bool {
-	low, above, at := hw.w.token(keys, tok, who)
+//   - a token at or below one granted before a node was killed, when it
+//     enters after the node came back empty: the counters of a write-back
+//     that reached a bare quorum do not survive the loss of one of its
+//     nodes (RELIABILITY.md, "Tokens and data loss"). The witness checks
+//     the tokens after it against it (restart).
+func (hw *handWorkers) fenced(keys []int, tok uint64, valid bool, who string, entered time.Time, hs *handStats) bool {
+	low, above, at := hw.w.token(keys, tok, who, entered)
 	if !low {
 		return false
 	}
 	now := time.Now()
-	lost := at.UnixNano() < hw.h.killedAt.Load() && hw.h.killedAt.Load() < hw.h.restartedAt.Load()
+	lost := hw.h.lostSince(at.UnixNano())
+	if lost {
+		hw.w.restart(keys, tok, who, entered)
+	}
 	hw.note(fmt.Sprintf("%s entered %v with token %d (valid: %v, a node lost its counters since: %v) at %s after %s", who, handResources(keys), tok, valid, lost,
 		now.Format("15:04:05.000000"), above))
 	switch {
@@ -420,7 +440,7 @@ func (hw *handWorkers) plain(p *handProc, g int, rl *redlock.Redlock, keys []int
 	me := &handHolder{valid: l.Valid}
 	bad := hw.w.enter(keys, me)
 	tokenBad := l.Token() != 0 && hw.fenced(keys, l.Token(), l.Valid(), fmt.Sprintf("%s/%d (Acquire returned %v before; expires %s)", p.name, g, time.Since(got),
-		l.Expiration().Format("15:04:05.000000")), hs)
+		l.Expiration().Format("15:04:05.000000")), got, hs)
 	// A grant with the value of the holder that released last was handed
 	// over by it, and expires when that holder's lock would have.
 	received, longer := false, false
@@ -494,7 +514,7 @@ func (hw *handWorkers) using(p *handProc, g int, rl *redlock.Redlock, keys []int
 		me := &handHolder{valid: func() bool { return fctx.Err() == nil }}
 		bad = hw.w.enter(keys, me)
 		if tok, ok := redlock.TokenFrom(fctx); ok && tok != 0 {
-			tokenBad = hw.fenced(keys, tok, fctx.Err() == nil, fmt.Sprintf("%s/%d (Using)", p.name, g), hs)
+			tokenBad = hw.fenced(keys, tok, fctx.Err() == nil, fmt.Sprintf("%s/%d (Using)", p.name, g), time.Now(), hs)
 		}
 		t := time.NewTimer(time.Duration(200+rng.IntN(500))*time.Microsecond + paused)
 		select {
