@@ -294,7 +294,7 @@ func (w *Waker) start() {
 	w.keySubs = map[string][]*sub{}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range w.nodes.Shared() {
-		w.listen(s)
+		w.listen(s, "")
 	}
 }
 
@@ -302,7 +302,7 @@ func (w *Waker) start() {
 // Called with mu held, after start.
 func (w *Waker) watchKey(key string) {
 	for _, s := range w.nodes.PerKey(key) {
-		w.keySubs[key] = append(w.keySubs[key], w.listen(s))
+		w.keySubs[key] = append(w.keySubs[key], w.listen(s, key))
 	}
 }
 
@@ -312,8 +312,11 @@ func (w *Waker) watchKey(key string) {
 // again after ResubscribeAfter; its waiters meanwhile rely on the delay. So
 // is a node (a Cluster shard) whose circuit is open: connecting to a node
 // that does not answer would park this goroutine in the client, out of
-// reach of Close. Called with mu held.
-func (w *Waker) listen(src Source) *sub {
+// reach of Close. Every time the subscription starts (again), it wakes
+// the heads it serves (every group's, or key's groups' for a per-key
+// one): what the node announced before, in the gap, was not heard.
+// Called with mu held.
+func (w *Waker) listen(src Source, key string) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
 	s := &sub{cancel: cancel}
 	w.subs[s] = struct{}{}
@@ -334,7 +337,7 @@ func (w *Waker) listen(src Source) *sub {
 			}
 			s.ps = ps
 			w.mu.Unlock()
-			w.receive(ctx, ps, src.Node)
+			w.receive(ctx, ps, src.Node, key)
 			w.mu.Lock()
 			s.ps = nil
 			w.mu.Unlock()
@@ -356,8 +359,10 @@ func pause(ctx context.Context, d time.Duration) {
 }
 
 // receive dispatches ps's announcements until it fails, is closed, or the
-// node ends the subscription (a Cluster does when the slot moves).
-func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int) {
+// node ends the subscription (a Cluster does when the slot moves). Each
+// confirmation of the subscription (the first, and go-redis's own after it
+// reconnected) wakes the heads of key's groups ("": every group).
+func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string) {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
@@ -373,6 +378,7 @@ func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int) {
 			if m.Count == 0 { // unsubscribed by the node
 				return
 			}
+			w.pokeHeads(key)
 		}
 	}
 }
@@ -426,6 +432,25 @@ func (w *Waker) notify(payload string, node int) {
 			continue
 		}
 		g.queue[0].poke()
+	}
+}
+
+// pokeHeads wakes the head of each group waiting for key, or of every
+// group when key is "".
+func (w *Waker) pokeHeads(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	groups := w.byKey[key]
+	if key == "" {
+		groups = nil
+		for _, g := range w.groups {
+			groups = append(groups, g)
+		}
+	}
+	for _, g := range groups {
+		if len(g.queue) > 0 {
+			g.queue[0].poke()
+		}
 	}
 }
 

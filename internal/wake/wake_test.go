@@ -64,6 +64,9 @@ func TestQueueAndWake(t *testing.T) {
 	second := w.Join([]string{"b", "a"}, false, nil, "") // the same set, in another order
 	require.NotNil(t, first)
 	subscribed(t, n, 1)
+	// The subscription's start wakes the head (what was announced before
+	// it was not heard): taken here.
+	assert.True(t, woken(first, 5*time.Second), "the subscription's start wakes the head")
 	third := w.Join([]string{"a", "b"}, true, nil, "")
 	assert.NotNil(t, third, "waiters: a new call queues behind them")
 	assert.Equal(t, 3, w.Queued([]string{"b", "a"}))
@@ -145,4 +148,32 @@ func (p *perKey) Shared() []Source { return nil }
 func (p *perKey) PerKey(key string) []Source {
 	ch := "rel:" + strings.TrimSpace(key)
 	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return p.c.Subscribe(ctx, ch) }}}
+}
+
+// A subscription that starts again after its connection was cut wakes the
+// heads it serves: what the node announced in the gap was not heard. (A
+// waiter with a long retry delay slept through a release announced while
+// its node's subscription was down: TestHandOverFencedTokenFailsWaiterQueuesAgain,
+// 2 runs in 30 beside a CPU load.)
+func TestResubscriptionWakesTheHeads(t *testing.T) {
+	nd := redistest.StartNode(t)
+	p := redistest.NewProxy(t, nd.Addr())
+	n := &node{c: redis.NewClient(&redis.Options{Addr: p.Addr()})}
+	t.Cleanup(func() { _ = n.c.Close() })
+	direct := &node{c: nd.Client()}
+	w := New(n, 4, "~")
+	t.Cleanup(func() { subs, _ := w.Close(); <-subs.Wait() })
+	wt := w.Join([]string{"a"}, false, nil, "")
+	other := w.Join([]string{"a"}, false, nil, "")
+	subscribed(t, direct, 1)
+	require.True(t, woken(wt, 5*time.Second), "the subscription's start wakes the head")
+
+	p.Cut()
+	subscribed(t, direct, 0)
+	direct.announce(t, "vvvv", "a") // in the gap: nobody hears it
+	subscribed(t, direct, 1)
+	assert.True(t, woken(wt, 5*time.Second), "the head is woken when the subscription is back")
+	assert.False(t, woken(other, 50*time.Millisecond), "only the head")
+	w.Leave(other, false)
+	w.Leave(wt, false)
 }
