@@ -312,10 +312,10 @@ func (w *Waker) watchKey(key string) {
 // again after ResubscribeAfter; its waiters meanwhile rely on the delay. So
 // is a node (a Cluster shard) whose circuit is open: connecting to a node
 // that does not answer would park this goroutine in the client, out of
-// reach of Close. Every time the subscription starts (again), it wakes
-// the heads it serves (every group's, or key's groups' for a per-key
-// one): what the node announced before, in the gap, was not heard.
-// Called with mu held.
+// reach of Close. Every time the subscription starts again after its
+// first start, it wakes the heads it serves (every group's, or key's
+// groups' for a per-key one): what the node announced in the gap was not
+// heard. Called with mu held.
 func (w *Waker) listen(src Source, key string) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
 	s := &sub{cancel: cancel}
@@ -323,6 +323,7 @@ func (w *Waker) listen(src Source, key string) *sub {
 	w.running.Add()
 	go func() {
 		defer w.running.Done()
+		started := false // confirmed once: a later confirmation closes a gap
 		for ctx.Err() == nil {
 			if src.Sick != nil && src.Sick() {
 				pause(ctx, ResubscribeAfter)
@@ -337,7 +338,7 @@ func (w *Waker) listen(src Source, key string) *sub {
 			}
 			s.ps = ps
 			w.mu.Unlock()
-			w.receive(ctx, ps, src.Node, key)
+			w.receive(ctx, ps, src.Node, key, &started)
 			w.mu.Lock()
 			s.ps = nil
 			w.mu.Unlock()
@@ -359,10 +360,11 @@ func pause(ctx context.Context, d time.Duration) {
 }
 
 // receive dispatches ps's announcements until it fails, is closed, or the
-// node ends the subscription (a Cluster does when the slot moves). Each
-// confirmation of the subscription (the first, and go-redis's own after it
-// reconnected) wakes the heads of key's groups ("": every group).
-func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string) {
+// node ends the subscription (a Cluster does when the slot moves). A
+// confirmation of the subscription after the first (a new one, or
+// go-redis's own after it reconnected) wakes the heads of key's groups
+// ("": every group); started records the first.
+func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string, started *bool) {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
@@ -378,7 +380,10 @@ func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key str
 			if m.Count == 0 { // unsubscribed by the node
 				return
 			}
-			w.pokeHeads(key)
+			if *started {
+				w.pokeHeads(key)
+			}
+			*started = true
 		}
 	}
 }
