@@ -129,13 +129,13 @@ func TestCloseEndsAWaitingCampaign(t *testing.T) {
 	defer cancel()
 	leader, err := f.rl.Election("cw").Campaign(ctx, "leader", 2*time.Second)
 	require.NoError(t, err)
-	rl, _ := candidate(t, f, fast...)
+	rl, _ := ownRedlock(t, f, viaF, fast...)
 	got := make(chan error, 1)
 	go func() {
 		_, err := rl.Election("cw").Campaign(ctx, "ghost", 2*time.Second)
 		got <- err
 	}()
-	waitingFor(t, f, rl, electionKey("cw"))
+	queued(t, rl, electionKey("cw"), 1, f.Peek...)
 	require.NoError(t, rl.Close())
 	select {
 	case err := <-got:

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,51 +17,8 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// candidate is another process's Redlock over f's nodes: clients of its
-// own, to the same addresses (through the proxies, when f has them).
-func candidate(t *testing.T, f *fixture, opts ...redlock.Option) (*redlock.Redlock, []*redis.Client) {
-	t.Helper()
-	var cs []redis.UniversalClient
-	var own []*redis.Client
-	for _, c := range f.Clients {
-		// A few fields only: the client's options are its own to write
-		// while it connects.
-		o := c.(*redis.Client).Options()
-		nc := redis.NewClient(&redis.Options{Addr: o.Addr, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries})
-		cs = append(cs, nc)
-		own = append(own, nc)
-	}
-	rl, err := redlock.New(cs, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = rl.Close()
-		for _, c := range own {
-			_ = c.Close()
-		}
-	})
-	return rl, own
-}
-
 // electionKey is the lock key of the election called name.
 func electionKey(name string) string { return "redlock:election:" + name }
-
-// waitingFor waits until rl has a call waiting for key queued and
-// subscribed on every node of f (see queued).
-func waitingFor(t *testing.T, f *fixture, rl *redlock.Redlock, key string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		if redlock.QueuedWaiters(rl, []string{key}) != 1 {
-			return false
-		}
-		for _, p := range f.Peek {
-			m, err := p.PubSubNumSub(context.Background(), redlock.ReleasedChannel).Result()
-			if err != nil || m[redlock.ReleasedChannel] < 1 { // the leader never waited: the subscriber is rl
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, time.Millisecond, "a call waiting for %s queued and subscribed", key)
-}
 
 // Candidates in separate Redlocks (as separate processes) lead one at a
 // time, and each term's number is greater than every earlier one's.
@@ -77,7 +33,7 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 	)
 	var wg sync.WaitGroup
 	for c := range candidates {
-		rl, _ := candidate(t, f, fast...)
+		rl, _ := ownRedlock(t, f, viaF, fast...)
 		e := rl.Election("one")
 		wg.Add(1)
 		go func() {
@@ -131,7 +87,7 @@ func TestTermLifecycle(t *testing.T) {
 	assert.Equal(t, "pod-a", term.ID())
 	assert.Equal(t, "life", e.Name())
 	assert.NotZero(t, term.Number())
-	other, _ := candidate(t, f)
+	other, _ := ownRedlock(t, f, viaF)
 	l, err := other.Election("life").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, redlock.Leader{ID: "pod-a", Term: term.Number()}, l)
@@ -174,14 +130,14 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	for range 5 {
 		leader, err := f.rl.Election("handover").Campaign(ctx, "a", 5*time.Second)
 		require.NoError(t, err)
-		rl, _ := candidate(t, f, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+		rl, _ := ownRedlock(t, f, viaF, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
 		got := make(chan *redlock.Term, 1)
 		go func() {
 			term, err := rl.Election("handover").Campaign(ctx, "b", 5*time.Second)
 			assert.NoError(t, err, "led only on the release's announcement")
 			got <- term
 		}()
-		waitingFor(t, f, rl, electionKey("handover"))
+		queued(t, rl, electionKey("handover"), 1, f.Peek...)
 		start := time.Now()
 		require.NoError(t, leader.Resign(ctx))
 		term := <-got
@@ -203,7 +159,7 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 	defer cancel()
 	const ttl = time.Second
 	opts := []redlock.Option{redlock.WithDriftFactor(0.05), redlock.WithRetryDelay(50 * time.Millisecond), redlock.WithRetryJitter(10 * time.Millisecond)}
-	dead, deadClients := candidate(t, f, opts...)
+	dead, deadOwn := ownRedlock(t, f, viaF, opts...)
 	term, err := dead.Election("crash").Campaign(ctx, "dying", ttl)
 	require.NoError(t, err)
 	ended := make(chan time.Time, 1)
@@ -215,7 +171,7 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 			won.Store(a.Stats.Start.UnixNano())
 		}
 	}}
-	next, _ := candidate(t, f, append(opts, redlock.WithObserver(obs))...)
+	next, _ := ownRedlock(t, f, viaF, append(opts, redlock.WithObserver(obs))...)
 	got := make(chan *redlock.Term, 1)
 	var granted atomic.Value
 	go func() {
@@ -226,7 +182,7 @@ func TestDeadLeaderIsReplaced(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	killed := time.Now()
-	for _, c := range deadClients {
+	for _, c := range deadOwn.clients {
 		require.NoError(t, c.Close())
 	}
 	t2 := <-got
@@ -292,7 +248,7 @@ func TestObserveFollowsTheTerms(t *testing.T) {
 	first, err := e.Campaign(ctx, "a", 5*time.Second)
 	require.NoError(t, err)
 
-	watcher, _ := candidate(t, f)
+	watcher, _ := ownRedlock(t, f, viaF)
 	octx, stop := context.WithCancel(ctx)
 	ch := watcher.Election("watch").Observe(octx)
 	l := <-ch
@@ -331,7 +287,7 @@ func TestObserveFollowsTheTerms(t *testing.T) {
 func TestCloseEndsTheTerm(t *testing.T) {
 	f := newNodes(t, 3)
 	ctx := context.Background()
-	rl, _ := candidate(t, f)
+	rl, _ := ownRedlock(t, f, viaF)
 	term, err := rl.Election("close").Campaign(ctx, "x", 5*time.Second)
 	require.NoError(t, err)
 	ch := rl.Election("close").Observe(ctx)
@@ -509,7 +465,7 @@ func TestCampaignCutAfterAWholeAttemptIsContention(t *testing.T) {
 			cancel()
 		}
 	}}
-	rl, _ := candidate(t, f, redlock.WithObserver(obs))
+	rl, _ := ownRedlock(t, f, viaF, redlock.WithObserver(obs))
 	_, err = rl.Election("busy").Campaign(cctx, "b", 5*time.Second)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "%v", err)

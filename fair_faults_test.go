@@ -21,31 +21,6 @@ import (
 // "queued" since, and held a lock that another client held too. The node's
 // time in both now tells them apart.
 
-// ownRedlock is a Redlock over f's nodes with clients of its own, each
-// through a fault proxy of its own when proxied (returned), else direct.
-func ownRedlock(t *testing.T, f *fixture, proxied bool, opts ...redlock.Option) (*redlock.Redlock, []*redistest.Proxy) {
-	t.Helper()
-	var cs []redis.UniversalClient
-	var pxs []*redistest.Proxy
-	for _, nd := range f.Nodes {
-		addr := nd.Addr()
-		if proxied {
-			px := redistest.NewProxy(t, addr)
-			pxs = append(pxs, px)
-			addr = px.Addr()
-		}
-		o := *redistest.NoClientTimeouts
-		o.Addr = addr
-		c := redis.NewClient(&o)
-		cs = append(cs, c)
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	rl, err := redlock.New(cs, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
-	return rl, pxs
-}
-
 // healOnCleanup heals the proxies when the test ends, before the clients
 // registered earlier close: a trial that failed half-way leaves partitions
 // behind, and a client whose connection set-up is stuck behind one (these
@@ -83,8 +58,9 @@ func TestFairStaleHandOverNotCounted(t *testing.T) {
 	const trials = 2
 	for trial := range trials {
 		key := fmt.Sprintf("stale%d", trial)
-		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
-		X, _ := ownRedlock(t, f, false) // plain (unfair), direct
+		H, hOwn := ownRedlock(t, f, ownProxies, redlock.WithFairQueue(true))
+		X, _ := ownRedlock(t, f, direct) // plain (unfair)
+		hpx := hOwn.proxies
 		healOnCleanup(t, f.Proxies, hpx)
 		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err)
@@ -211,8 +187,9 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 	const trials = 2
 	for trial := range trials {
 		key := fmt.Sprintf("stalefair%d", trial)
-		H, hpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
-		X, xpx := ownRedlock(t, f, true, redlock.WithFairQueue(true))
+		H, hOwn := ownRedlock(t, f, ownProxies, redlock.WithFairQueue(true))
+		X, xOwn := ownRedlock(t, f, ownProxies, redlock.WithFairQueue(true))
+		hpx, xpx := hOwn.proxies, xOwn.proxies
 		healOnCleanup(t, f.Proxies, hpx, xpx)
 		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err)
@@ -349,7 +326,7 @@ func TestFairSplitEnds(t *testing.T) {
 	require.NoError(t, err)
 	got := make(chan acquired, 3)
 	for i := range 3 {
-		w, _ := candidate(t, f, redlock.WithFairQueue(true))
+		w, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 		go func() {
 			nl, err := w.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
 			got <- acquired{nl, err}

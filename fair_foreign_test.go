@@ -248,7 +248,7 @@ func TestFairQueueBesideForeignClients(t *testing.T) {
 			var w witness
 			lp := startLoop(t, newForeign(t, f, tc.setNX).taker(key), &w)
 			require.Eventually(t, func() bool { return lp.grants.Load() > 0 }, 10*time.Second, time.Millisecond, "the foreign client took %s", key)
-			fair, _ := candidate(t, f, redlock.WithFairQueue(true))
+			fair, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 			began, before := time.Now(), lp.grants.Load()
 			got := waitFair(t, f, fair, key, &w, nil)
 			var g fairGrant
@@ -292,7 +292,7 @@ func TestFairQueueHeadWokenByAnnouncedReleases(t *testing.T) {
 			ctx := context.Background()
 			var release func()
 			if tc.announced {
-				plain, _ := candidate(t, f)
+				plain, _ := ownRedlock(t, f, viaF)
 				l, err := plain.Acquire(ctx, []string{key}, 10*time.Second)
 				require.NoError(t, err)
 				release = func() { _, err := l.Release(ctx); require.NoError(t, err) }
@@ -307,7 +307,7 @@ func TestFairQueueHeadWokenByAnnouncedReleases(t *testing.T) {
 				h := f.holders(t, key)
 				return h[0] != "" && h[0] == h[1] && h[1] == h[2]
 			}, 10*time.Second, time.Millisecond, "%s held on every node", key)
-			fair, _ := candidate(t, f, redlock.WithFairQueue(true), redlock.WithNodeTimeout(live/5))
+			fair, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true), redlock.WithNodeTimeout(live/5))
 			var w witness
 			got := waitFair(t, f, fair, key, &w, nil, redlock.WithRetryDelay(time.Hour))
 			queuedOnNodes(t, f, key, 1)
@@ -338,7 +338,7 @@ func TestFairQueueHandedResourcesShutOutOtherClients(t *testing.T) {
 	require.NoError(t, err)
 	var w witness
 	w.enter()
-	plain, _ := candidate(t, f)
+	plain, _ := ownRedlock(t, f, viaF)
 	loops := []*looper{
 		startLoop(t, newForeign(t, f, false).taker(key), &w),
 		startLoop(t, newForeign(t, f, true).taker(key), &w),
@@ -350,8 +350,8 @@ func TestFairQueueHandedResourcesShutOutOtherClients(t *testing.T) {
 		}
 		return n
 	}
-	first, _ := candidate(t, f, redlock.WithFairQueue(true))
-	second, _ := candidate(t, f, redlock.WithFairQueue(true))
+	first, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
+	second, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	got1 := waitFair(t, f, first, key, &w, nil, redlock.WithRetryDelay(time.Hour))
 	queuedOnNodes(t, f, key, 1)
 	var beforeLast int64 = -1
@@ -387,10 +387,10 @@ func TestFairQueueBesidePlainAcquires(t *testing.T) {
 	f := newNodes(t, 3)
 	key := "plain"
 	var w witness
-	plain, _ := candidate(t, f)
+	plain, _ := ownRedlock(t, f, viaF)
 	lp := startLoop(t, plainTaker(t, plain, key), &w)
 	require.Eventually(t, func() bool { return lp.grants.Load() > 0 }, 10*time.Second, time.Millisecond, "the plain client took %s", key)
-	fair, _ := candidate(t, f, redlock.WithFairQueue(true))
+	fair, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	began, before := time.Now(), lp.grants.Load()
 	// Its retry delay is an hour: between announcements it tries every
 	// third of its liveness (333ms).

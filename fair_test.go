@@ -48,7 +48,7 @@ func TestFairQueueOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	locks := make(chan *redlock.Lock, n)
 	for i := range n {
-		other, _ := candidate(t, f, redlock.WithFairQueue(true))
+		other, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 		spawn(&wg, func() {
 			got, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
 			if !assert.NoError(t, err) {
@@ -102,7 +102,7 @@ func TestFairQueueDeadHead(t *testing.T) {
 		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: float64(now - 60000), Member: ghost + ":1000"}).Err())
 		require.NoError(t, p.ZAdd(ctx, live, redis.Z{Score: float64(now + 60000), Member: ghost + ":1000"}).Err())
 	}
-	other, _ := candidate(t, f, redlock.WithFairQueue(true))
+	other, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	got := make(chan acquired, 1)
 	go func() {
 		nl, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
@@ -153,7 +153,7 @@ func TestFairQueueGiveUpAndInterop(t *testing.T) {
 	key := "leave"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
-	other, _ := candidate(t, f, redlock.WithFairQueue(true))
+	other, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -166,14 +166,14 @@ func TestFairQueueGiveUpAndInterop(t *testing.T) {
 	queuedOnNodes(t, f, key, 0)
 
 	// Handed to a waiter, the key is out of a plain Acquire's reach.
-	waiter, _ := candidate(t, f, redlock.WithFairQueue(true))
+	waiter, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	got := make(chan acquired, 1)
 	go func() {
 		nl, err := waiter.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
 		got <- acquired{nl, err}
 	}()
 	queuedOnNodes(t, f, key, 1)
-	plain, _ := candidate(t, f)
+	plain, _ := ownRedlock(t, f, viaF)
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
 	_, err = plain.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(0))
@@ -199,7 +199,7 @@ func TestFairQueueContended(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Second)
 	per := make([]atomic.Int32, 8)
 	for p := range 4 {
-		rl, _ := candidate(t, f, redlock.WithFairQueue(true))
+		rl, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 		for g := range 2 {
 			spawn(&wg, func() {
 				for time.Now().Before(deadline) {

@@ -143,7 +143,7 @@ func TestFIPS(t *testing.T) {
 
 	t.Run("fair queue", func(t *testing.T) {
 		rl := with(t, redlock.WithFairQueue(true))
-		other, _ := candidate(t, f, redlock.WithFairQueue(true))
+		other, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 		key := "fips:fair"
 		l, err := rl.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err, "Acquire")

@@ -40,7 +40,7 @@ func TestHandOverConcurrentDoubleRelease(t *testing.T) {
 				var ws []<-chan acquired
 				for i := range waiters {
 					ws = append(ws, handWait(f.rl, key, 10*time.Second, redlock.WithRetryDelay(2*time.Second)))
-					handQueued(t, f.rl, key, i+1)
+					queued(t, f.rl, key, i+1)
 				}
 				var wg sync.WaitGroup
 				start := make(chan struct{})
@@ -79,7 +79,7 @@ func TestHandOverConcurrentDoubleRelease(t *testing.T) {
 								t.Logf("round %d: one Release handed over, the other deleted: new holder Valid=%v, nodes hold %q (holder value %s)",
 									round, g.l.Valid(), f.holders(t, key), g.l.Value())
 								if other == nil {
-									other, _ = candidate(t, f)
+									other, _ = ownRedlock(t, f, viaF)
 								}
 								if ol, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(0)); err == nil {
 									t.Logf("round %d: another process acquired %s while the handed-over holder is Valid=%v", round, key, g.l.Valid())

@@ -16,13 +16,6 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// handQueued waits until n Acquires of rl queue for key.
-func handQueued(t *testing.T, rl *redlock.Redlock, key string, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool { return redlock.QueuedWaiters(rl, []string{key}) == n },
-		10*time.Second, time.Millisecond, "%d calls waiting for %s", n, key)
-}
-
 // handWait starts an Acquire of key that waits, and returns where its
 // outcome arrives.
 func handWait(rl *redlock.Redlock, key string, ttl time.Duration, opts ...redlock.Option) <-chan acquired {
@@ -64,7 +57,7 @@ func TestHandOverInProcess(t *testing.T) {
 	a, err := f.rl.Acquire(ctx, []string{"h"}, 10*time.Second, obs)
 	require.NoError(t, err)
 	b := handWait(f.rl, "h", 10*time.Second)
-	handQueued(t, f.rl, "h", 1)
+	queued(t, f.rl, "h", 1)
 	until := a.Expiration()
 
 	res, err := a.Release(ctx)
@@ -109,7 +102,7 @@ func TestHandOverChainIsBounded(t *testing.T) {
 	var outs []<-chan acquired
 	for i := range max + 1 {
 		outs = append(outs, handWait(f.rl, "c", 10*time.Second, redlock.WithRetryDelay(20*time.Millisecond)))
-		handQueued(t, f.rl, "c", i+1)
+		queued(t, f.rl, "c", i+1)
 	}
 	for i := range max + 1 {
 		res, err := l.Release(ctx)
@@ -141,7 +134,7 @@ func TestHandOverWindow(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"w"}, 10*time.Second)
 	require.NoError(t, err)
 	b := handWait(f.rl, "w", 10*time.Second, redlock.WithRetryDelay(20*time.Millisecond))
-	handQueued(t, f.rl, "w", 1)
+	queued(t, f.rl, "w", 1)
 	time.Sleep(60 * time.Millisecond)
 	res, err := l.Release(ctx)
 	require.NoError(t, err)
@@ -175,7 +168,7 @@ func TestHandOverNeedsTheSameOptions(t *testing.T) {
 				ttl = 9 * time.Second
 			}
 			b := handWait(f.rl, key, ttl, c.waiter...)
-			handQueued(t, f.rl, key, 1)
+			queued(t, f.rl, key, 1)
 			res, err := l.Release(ctx, c.release...)
 			require.NoError(t, err)
 			if name == "no wake on release" {
@@ -201,7 +194,7 @@ func TestHandOverFencedNewToken(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"f"}, 10*time.Second)
 	require.NoError(t, err)
 	b := handWait(f.rl, "f", 10*time.Second)
-	handQueued(t, f.rl, "f", 1)
+	queued(t, f.rl, "f", 1)
 	res, err := l.Release(ctx)
 	require.NoError(t, err)
 	require.True(t, res.HandedOver)
@@ -231,7 +224,7 @@ func TestHandOverNotWhenLittleIsLeft(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"t"}, 400*time.Millisecond)
 	require.NoError(t, err)
 	b := handWait(f.rl, "t", 400*time.Millisecond, redlock.WithRetryDelay(20*time.Millisecond))
-	handQueued(t, f.rl, "t", 1)
+	queued(t, f.rl, "t", 1)
 	time.Sleep(250 * time.Millisecond)
 	res, err := l.Release(ctx)
 	require.NoError(t, err)
@@ -250,7 +243,7 @@ func TestHandOverNotDuringExtend(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"e"}, 10*time.Second)
 	require.NoError(t, err)
 	b := handWait(f.rl, "e", 10*time.Second, redlock.WithRetryDelay(20*time.Millisecond))
-	handQueued(t, f.rl, "e", 1)
+	queued(t, f.rl, "e", 1)
 	for _, p := range f.Proxies {
 		p.SetLatency(50*time.Millisecond, 0)
 	}
@@ -330,7 +323,7 @@ func TestHandOverAfterShorterExtend(t *testing.T) {
 			ext, err := l.Extend(ctx, 4*time.Second)
 			require.NoError(t, err)
 			b := handWait(f.rl, key, 4*time.Second)
-			handQueued(t, f.rl, key, 1)
+			queued(t, f.rl, key, 1)
 			rel := ext
 			if through == "old handle" {
 				rel = l
@@ -417,7 +410,7 @@ func TestHandOverNotAfterAFailedRelease(t *testing.T) {
 		p.SetLatency(0, 0)
 	}
 	b := handWait(f.rl, "rr", 10*time.Second, redlock.WithRetryDelay(20*time.Millisecond))
-	handQueued(t, f.rl, "rr", 1)
+	queued(t, f.rl, "rr", 1)
 	res, err := a.Release(ctx) // the retry
 	if err == nil {
 		assert.False(t, res.HandedOver, "a release was sent before: no hand-over")
@@ -440,13 +433,13 @@ func TestHandOverFencedTokenFailsWaiterQueuesAgain(t *testing.T) {
 	a, err := f.rl.Acquire(ctx, []string{"fwb"}, time.Second)
 	require.NoError(t, err)
 	b := handWait(f.rl, "fwb", time.Second)
-	handQueued(t, f.rl, "fwb", 1)
+	queued(t, f.rl, "fwb", 1)
 	f.Proxies[1].Set(redistest.Partition)
 	f.Proxies[2].Set(redistest.Partition)
 	res, err := a.Release(ctx)
 	require.NoError(t, err)
 	require.True(t, res.HandedOver)
-	handQueued(t, f.rl, "fwb", 1) // its token was not written: it waits again
+	queued(t, f.rl, "fwb", 1) // its token was not written: it waits again
 	select {
 	case got := <-b:
 		t.Fatalf("the waiter returned %v with token %d", got.err, got.l.Token())

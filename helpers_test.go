@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,8 @@ import (
 // that needs real nodes builds one with newFixture (or its shortcuts).
 type fixture struct {
 	*redistest.Fixture
-	rl *redlock.Redlock
+	rl     *redlock.Redlock
+	client *redis.Options // what its clients were made with (Setup.Client; nil: go-redis's defaults)
 }
 
 // fast makes failing calls quick: the tests count attempts, not wait.
@@ -29,7 +31,7 @@ var fast = []redlock.Option{redlock.WithRetryDelay(10 * time.Millisecond), redlo
 // before its clients when the test ends.
 func newFixture(t testing.TB, s redistest.Setup, opts ...redlock.Option) *fixture {
 	t.Helper()
-	f := &fixture{Fixture: redistest.New(t, s)}
+	f := &fixture{Fixture: redistest.New(t, s), client: s.Client}
 	rl, err := redlock.New(f.Clients, opts...)
 	require.NoError(t, err, "New(%d clients)", len(f.Clients))
 	t.Cleanup(func() { _ = rl.Close() }) // before the clients close
@@ -51,6 +53,89 @@ func newProxied(t testing.TB, n int, opts ...redlock.Option) *fixture {
 	f := newFixture(t, redistest.Setup{Nodes: n, Proxied: true, Client: redistest.NoClientTimeouts}, opts...)
 	warm(t, f.rl)
 	return f
+}
+
+// route is where the clients of an ownRedlock connect.
+type route int
+
+const (
+	viaF       route = iota // where f's clients do: through f's proxies, when it has them
+	direct                  // straight to the nodes, past any proxy of f's
+	ownProxies              // each through a fault proxy of its own, one per node
+)
+
+// own is what an ownRedlock has of its own: its clients, and with
+// ownProxies its proxies (in node order).
+type own struct {
+	clients []*redis.Client
+	proxies []*redistest.Proxy
+}
+
+// ownRedlock is another process's Redlock over f's nodes: clients of its
+// own, made with f's client options, connected as r says. It closes when
+// the test ends, then its clients, then its proxies.
+func ownRedlock(t *testing.T, f *fixture, r route, opts ...redlock.Option) (*redlock.Redlock, own) {
+	t.Helper()
+	var cs []redis.UniversalClient
+	var mine own
+	for i, nd := range f.Nodes {
+		o := redis.Options{}
+		if f.client != nil {
+			o = *f.client
+		}
+		switch r {
+		case viaF:
+			// Addr only: the client's options are its own to write while
+			// it connects.
+			o.Addr = f.Client(i).Options().Addr
+		case direct:
+			o.Addr = nd.Addr()
+		case ownProxies:
+			px := redistest.NewProxy(t, nd.Addr())
+			mine.proxies = append(mine.proxies, px)
+			o.Addr = px.Addr()
+		}
+		c := redis.NewClient(&o)
+		cs = append(cs, c)
+		mine.clients = append(mine.clients, c)
+	}
+	rl, err := redlock.New(cs, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = rl.Close()
+		for _, c := range mine.clients {
+			_ = c.Close()
+		}
+	})
+	return rl, mine
+}
+
+// queued waits until n calls of rl wait for key, queued, and each node
+// that subscribedOn reads (Peek clients) has a subscriber to the release
+// announcements (rl's, unless another Redlock on the node waits too): from
+// then on, a release's announcements reach them (one sent before a
+// subscription is lost, and costs a retry delay).
+func queued(t *testing.T, rl *redlock.Redlock, key string, n int, subscribedOn ...*redis.Client) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if redlock.QueuedWaiters(rl, []string{key}) != n {
+			return false
+		}
+		for _, p := range subscribedOn {
+			m, err := p.PubSubNumSub(context.Background(), redlock.ReleasedChannel).Result()
+			if err != nil || m[redlock.ReleasedChannel] < 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "%d calls waiting for %s, queued, and a subscriber on %d nodes", n, key, len(subscribedOn))
+}
+
+// percentile returns the q-th quantile of ds (q 1: the greatest).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // warm takes and releases a lock, so that every pool has a connection.

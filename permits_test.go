@@ -73,7 +73,7 @@ func TestPermitsBoundWithSkewedNodes(t *testing.T) {
 	)
 	start := time.Now()
 	for c := range contenders {
-		rl, _ := candidate(t, f, fast...)
+		rl, _ := ownRedlock(t, f, viaF, fast...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -122,7 +122,7 @@ func TestPermitsExpireAndWake(t *testing.T) {
 	got, err := f.rl.Acquire(ctx, []string{"exp"}, 10*time.Second, two, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
 	require.NoError(t, err, "the expired permit is free after its ttl")
 
-	waiter, _ := candidate(t, f, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+	waiter, _ := ownRedlock(t, f, viaF, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
 	woke := make(chan error, 1)
 	go func() {
 		l, err := waiter.Acquire(ctx, []string{"exp"}, 10*time.Second, two, redlock.WithRetryCount(1))
@@ -131,7 +131,7 @@ func TestPermitsExpireAndWake(t *testing.T) {
 		}
 		woke <- err
 	}()
-	waitingFor(t, f, waiter, "exp")
+	queued(t, waiter, "exp", 1, f.Peek...)
 	start := time.Now()
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestWriterIsNotStarved(t *testing.T) {
 	var wg sync.WaitGroup
 	var reads atomic.Int64
 	for range 6 {
-		rl, _ := candidate(t, f, fast...)
+		rl, _ := ownRedlock(t, f, viaF, fast...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -235,7 +235,7 @@ func TestWriterIsNotStarved(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return reads.Load() > 20 }, 10*time.Second, time.Millisecond, "readers overlap")
 	var waits []time.Duration
-	writer, _ := candidate(t, f, fast...)
+	writer, _ := ownRedlock(t, f, viaF, fast...)
 	for range 5 {
 		start := time.Now()
 		err := writer.Using(ctx, []string{"cfg"}, time.Second, func(context.Context) error {
@@ -288,7 +288,7 @@ func TestNoPermitLeftOnceReleased(t *testing.T) {
 	two := redlock.WithPermits(2)
 	var wg sync.WaitGroup
 	for range 8 {
-		rl, _ := candidate(t, f, fast...)
+		rl, _ := ownRedlock(t, f, viaF, fast...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -347,7 +347,7 @@ func TestAWriterMarksEveryResource(t *testing.T) {
 	require.NoError(t, err)
 	rb, err := f.rl.Acquire(ctx, []string{"b"}, 10*time.Second, shared)
 	require.NoError(t, err)
-	writer, _ := candidate(t, f, fast...)
+	writer, _ := ownRedlock(t, f, viaF, fast...)
 	got := make(chan error, 1)
 	go func() {
 		l, err := writer.Acquire(ctx, []string{"a", "b"}, 5*time.Second, redlock.WithRetryCount(-1))

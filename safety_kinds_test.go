@@ -293,13 +293,6 @@ func (k *kinds) table(names []string) string {
 	return b.String()
 }
 
-// percentile returns the q-th quantile of ds.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
 var safetyKindRounds = flag.Int("safety.kinds.rounds", 2, "rounds of the fault schedule TestSafetyKinds runs (RELIABILITY.md figures: 2 in .ci/run)")
 
 // TestSafetyKinds runs the semaphore and read-write workers, and the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -482,7 +481,7 @@ func safetyTable(stats []*phaseStats, target int) string {
 	for i, ps := range stats {
 		ps.mu.Lock()
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", schedule[i].name, ps.sections, ps.violations, ps.fenced, ps.tokenViol,
-			ps.handoffs, ps.locked, ps.failed, ps.relFailed, percentiles(ps.latencies), ps.terms, ps.termOverlaps, ps.termOrder, ps.cutOff, ps.termsLost)
+			ps.handoffs, ps.locked, ps.failed, ps.relFailed, quantiles(ps.latencies, 0.5, 0.99, 1), ps.terms, ps.termOverlaps, ps.termOrder, ps.cutOff, ps.termsLost)
 		all.sections += ps.sections
 		all.violations += ps.violations
 		all.fenced += ps.fenced
@@ -503,33 +502,24 @@ func safetyTable(stats []*phaseStats, target int) string {
 		ps.mu.Unlock()
 	}
 	fmt.Fprintf(&b, "| **all** | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", all.sections, all.violations, all.fenced, all.tokenViol,
-		all.handoffs, all.locked, all.failed, all.relFailed, percentiles(all.latencies), all.terms, all.termOverlaps, all.termOrder, all.cutOff, all.termsLost)
+		all.handoffs, all.locked, all.failed, all.relFailed, quantiles(all.latencies, 0.5, 0.99, 1), all.terms, all.termOverlaps, all.termOrder, all.cutOff, all.termsLost)
 	fmt.Fprintf(&b, "\n%d leaders cut off from every node (%d whose term's context did not end within %v); %d terms lost.\n",
 		all.cutOff, all.cutNotEnded, cutOffBound, all.termsLost)
-	fmt.Fprintf(&b, "A lost term's context ended before its validity's end by (min | median | max): %s\n", spread(all.lossMargins))
-	fmt.Fprintf(&b, "The next term began after a lost term's context ended by (min | median | max): %s\n", spread(all.successorGaps))
+	// Negative margins and gaps: the wrong way round.
+	fmt.Fprintf(&b, "A lost term's context ended before its validity's end by (min | median | max): %s\n", quantiles(all.lossMargins, 0, 0.5, 1))
+	fmt.Fprintf(&b, "The next term began after a lost term's context ended by (min | median | max): %s\n", quantiles(all.successorGaps, 0, 0.5, 1))
 	return b.String()
 }
 
-// spread gives the least, median and greatest of ds (negative: the wrong
-// way round).
-func spread(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "- | - | -"
+// quantiles gives the quantiles qs of ds as table cells, "-" each when ds
+// is empty.
+func quantiles(ds []time.Duration, qs ...float64) string {
+	cells := make([]string, len(qs))
+	for i, q := range qs {
+		cells[i] = "-"
+		if len(ds) > 0 {
+			cells[i] = percentile(ds, q).Round(10 * time.Microsecond).String()
+		}
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
-	return fmt.Sprintf("%s | %s | %s", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
-}
-
-func percentiles(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "- | - | -"
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
-	return fmt.Sprintf("%s | %s | %s", r(at(0.5)), r(at(0.99)), r(s[len(s)-1]))
+	return strings.Join(cells, " | ")
 }

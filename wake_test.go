@@ -51,26 +51,6 @@ func awaitLock(t *testing.T, got <-chan *redlock.Lock, fail <-chan error, d time
 	return nil
 }
 
-// queued waits until n of f's Acquires queue for key and f's Redlock is
-// subscribed on every node: from then on, a release's announcements reach
-// them (an announcement sent before a subscription is lost, and costs a
-// retry delay).
-func queued(t *testing.T, f *fixture, key string, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		if redlock.QueuedWaiters(f.rl, []string{key}) != n {
-			return false
-		}
-		for _, p := range f.Peek {
-			m, err := p.PubSubNumSub(context.Background(), redlock.ReleasedChannel).Result()
-			if err != nil || m[redlock.ReleasedChannel] < 1 {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, time.Millisecond, "%d waiters queued for %s, subscribed on every node", n, key)
-}
-
 // A waiter in another Redlock (as another process would be) gets the lock
 // as soon as it is released, not after its retry delay of 10 s.
 func TestWakeOnRelease(t *testing.T) {
@@ -82,7 +62,7 @@ func TestWakeOnRelease(t *testing.T) {
 	var woken atomic.Bool
 	obs := &redlock.Observer{Wait: func(w redlock.WaitInfo) { woken.Store(w.Woken) }}
 	got, fail, at := waitFor(waiter.rl, "{redlock}wk", redlock.WithRetryDelay(10*time.Second), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
-	queued(t, waiter, "{redlock}wk", 1) // it failed once, queued and subscribed
+	queued(t, waiter.rl, "{redlock}wk", 1, waiter.Peek...) // it failed once, queued and subscribed
 	released := time.Now()
 	_, err = held.Release(ctx)
 	require.NoError(t, err)
@@ -163,7 +143,7 @@ func TestWakeStormCoalesces(t *testing.T) {
 			redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
 		done <- err
 	}()
-	queued(t, waiter, "{redlock}st", 1) // one failed attempt, queued and subscribed
+	queued(t, waiter.rl, "{redlock}st", 1, waiter.Peek...) // one failed attempt, queued and subscribed
 	before := attempts.Load()
 	const storm = 1000
 	foreign := strings.Repeat("f", 32)
@@ -295,7 +275,7 @@ func TestNewcomerJoinsTheQueue(t *testing.T) {
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); acquire("head", 1500*time.Millisecond) }() // fails once, then waits 1.5s
-	queued(t, waiter, key, 1)
+	queued(t, waiter.rl, key, 1, waiter.Peek...)
 	for _, p := range holder.Peek { // the holder's lock is gone as if expired: nobody announces it
 		require.NoError(t, p.Del(ctx, key).Err())
 	}
