@@ -132,9 +132,11 @@ func TestBadInputCampaign(t *testing.T) {
 		add("Extend(ttl "+name+")", func() error { _, err := foreign.Extend(ctx, ttl); return err })
 	}
 	for name, o := range options {
-		add("Extend(option "+name+")", func() error { _, err := foreign.Extend(ctx, time.Second, o); return err })
-		add("Release(option "+name+")", func() error { _, err := foreign.Release(ctx, o); return err })
+		if co, ok := o.(redlock.CallOption); ok { // Extend takes no lock-shaping option: that would not compile
+			add("Extend(option "+name+")", func() error { _, err := foreign.Extend(ctx, time.Second, co); return err })
+		}
 	}
+	// Release with a bad option releases all the same: TestReleaseWithABadOption.
 	add("Extend(nil ctx)", func() error { _, err := foreign.Extend(nilCtx, time.Second); return err })
 	add("Release(nil ctx)", func() error { _, err := foreign.Release(nilCtx); return err })
 
@@ -184,4 +186,27 @@ func manyKeys(n int) []string {
 		ks[i] = fmt.Sprintf("k%d", i)
 	}
 	return ks
+}
+
+// Release never refuses to release a lock it holds: with an option out of
+// range it releases with the lock's own settings, and says what was wrong
+// with an error matching ErrInvalidArgument beside the result.
+func TestReleaseWithABadOption(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	for name, o := range map[string]redlock.ReleaseOption{
+		"node timeout 0": redlock.WithNodeTimeout(0), "retry count -2": redlock.WithRetryCount(-2),
+		"hand-over window 0": redlock.WithHandOver(4, 0),
+	} {
+		l, err := f.rl.Acquire(ctx, []string{"bad-release"}, 10*time.Second)
+		require.NoError(t, err, name)
+		res, err := l.Release(ctx, o)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
+		assert.Contains(t, err.Error(), "released with its own settings", name)
+		require.NotNil(t, res, name)
+		assert.False(t, l.Valid(), name)
+		for i := range 3 { // the last node's delete may still be on its way
+			assert.Eventually(t, func() bool { return f.DBSize(t, i) == 0 }, 5*time.Second, time.Millisecond, "%s: node %d", name, i)
+		}
+	}
 }

@@ -376,7 +376,7 @@
 //
 // CONTRIBUTING.md in the repository says which file holds what (redlock.go
 // the API, plan.go the operations, engine.go the retry loop, quorum.go the
-// attempt and the vote, attempt.go what a node's answer votes; under
+// attempt and the vote, votes.go what a node's answer votes; under
 // internal/, lane the nodes, their lanes and breakers, script the Lua, wake
 // the waiters), what each package may import, and how to run the tests, the
 // safety harness and the benchmarks.

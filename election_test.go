@@ -384,6 +384,17 @@ func TestElectionBadInput(t *testing.T) {
 		_, err := f.rl.Acquire(ctx, []string{"redlock:leader:{redlock:election:x}:redlock:election:x"}, time.Second)
 		return err
 	}
+	cases["election key as a resource"] = func() error { // only a candidate holds it, and is handed it
+		_, err := f.rl.Acquire(ctx, []string{electionKey("x")}, time.Second, redlock.WithFencing(true))
+		return err
+	}
+	cases["election key in Using"] = func() error {
+		return f.rl.Using(ctx, []string{"y", electionKey("x")}, time.Second, func(context.Context) error { return nil })
+	}
+	cases["a shared term"] = func() error {
+		_, err := f.rl.Election("x").Campaign(ctx, "a", time.Second, redlock.WithShared(true))
+		return err
+	}
 	cases["permit key as a resource"] = func() error {
 		_, err := f.rl.Acquire(ctx, []string{"redlock:permit:{x}:x:1"}, time.Second)
 		return err

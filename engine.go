@@ -127,7 +127,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			return c.o
 		}
 		c.queued(p, st, as)
-		if e := c.judge(p, st, as); e != nil {
+		if e := c.verdict(p, st, as); e != nil {
 			return c.fail(p, e)
 		}
 		c.unsplit(p, st)
@@ -189,10 +189,10 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	return st, as
 }
 
-// judge reads a failed attempt: it starts the release of what the attempt
+// verdict reads a failed attempt: it starts the release of what the attempt
 // may have written, and returns the error that ends the call when retrying
 // cannot change the outcome (else nil, with c.last set to why it failed).
-func (c *run) judge(p *plan, st ExecutionStats, as *attemptState) *ExecutionError {
+func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionError {
 	n, q := c.r.size(), c.r.needed()
 	held, refusals := 0, 0 // votes "held by another" / "no longer ours"; refusals retrying cannot fix
 	var refusal *NodeError

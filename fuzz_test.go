@@ -93,7 +93,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add(1.0, -2, int64(-1), int64(-1), int64(-1), int64(0))
 	f.Fuzz(func(t *testing.T, drift float64, retries int, delay, jitter, threshold, timeout int64) {
 		base := defaultConfig()
-		c, err := base.with([]Option{
+		c, err := with(&base, []Option{
 			WithDriftFactor(drift), WithRetryCount(retries), WithRetryDelay(time.Duration(delay)),
 			WithRetryJitter(time.Duration(jitter)), WithAutomaticExtensionThreshold(time.Duration(threshold)),
 			WithNodeTimeout(time.Duration(timeout)),

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
@@ -32,12 +33,6 @@ type lockKind struct {
 	// term, for an election's term (an exclusive, fenced lock): its
 	// extensions also keep its record (script.ElectExtend).
 	term *termRecord
-}
-
-// termRecord is what a term's extensions keep on each node.
-type termRecord struct {
-	keys []string // the lock key, its counter, its record
-	id   string
 }
 
 // kindOf returns the kind of lock cfg asks for.
@@ -142,4 +137,20 @@ func parsePicks(s string) []any {
 		out[i] = p
 	}
 	return out
+}
+
+// acquire is Acquire after validation.
+func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
+	keys := append([]string(nil), resources...) // the caller may reuse theirs
+	p := acquirePlan(keys, ttl)
+	switch k := kindOf(cfg); {
+	case cfg.fencing:
+		p = fencedAcquirePlan(keys, ttl)
+	case !k.exclusive():
+		p = kindAcquirePlan(k, keys, ttl)
+	case cfg.fair:
+		p = fairAcquirePlan(keys, ttl, cfg)
+	}
+	p.handTag = tagOf(cfg, ttl)
+	return r.grant(ctx, cfg, p)
 }

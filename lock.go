@@ -270,7 +270,7 @@ func (l *Lock) Attempts() []ExecutionStats {
 }
 
 // Extend is shorthand for l's Redlock's [Redlock.Extend](ctx, l, ttl, opts...).
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...Option) (*Lock, error) {
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...CallOption) (*Lock, error) {
 	if l == nil {
 		return nil, invalid("nil lock")
 	}
@@ -281,7 +281,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...Option) (*
 }
 
 // Release is shorthand for l's Redlock's [Redlock.Release](ctx, l, opts...).
-func (l *Lock) Release(ctx context.Context, opts ...Option) (*ExecutionResult, error) {
+func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) (*ExecutionResult, error) {
 	if l == nil {
 		return nil, invalid("nil lock")
 	}

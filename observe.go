@@ -137,7 +137,7 @@ func OutcomeOf(err error) Outcome {
 
 // WithObserver sets the observer of the calls (see [Observer]); nil turns
 // it off. Default: none.
-func WithObserver(o *Observer) Option {
+func WithObserver(o *Observer) CallOption {
 	return func(c *config) { c.observer = o }
 }
 
@@ -189,7 +189,7 @@ func cloneStats(st ExecutionStats) ExecutionStats {
 // (on lock, when given, or on r's defaults), options applied but not
 // validated, so that a call refused for a bad option is seen too; and
 // whether there is an observer with a Done hook. It allocates nothing.
-func (r *Redlock) observing(lock *Lock, opts []Option) (config, bool) {
+func observing[O Option](r *Redlock, lock *Lock, opts []O) (config, bool) {
 	if r == nil || r.cfg == nil {
 		return config{}, false
 	}
@@ -197,10 +197,6 @@ func (r *Redlock) observing(lock *Lock, opts []Option) (config, bool) {
 	if lock != nil && lock.redlock == r && lock.cfg != nil {
 		c = *lock.cfg
 	}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
+	apply(&c, opts)
 	return c, c.observer != nil && c.observer.Done != nil
 }

@@ -76,7 +76,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		return nil, err
 	}
 	def := defaultConfig()
-	cfg, err := def.with(opts)
+	cfg, err := with(&def, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +127,15 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 		return nil, err
 	}
 	refused := func(err error) (*Lock, error) {
-		if oc, seen := r.observing(nil, opts); seen {
+		if oc, seen := observing(r, nil, opts); seen {
 			oc.done(ctx, OpAcquire, append([]string(nil), resources...), time.Now(), nil, 0, err)
 		}
 		return nil, err
 	}
-	cfg, err := r.cfg.with(opts)
+	cfg, err := with(r.cfg, opts)
+	if err == nil && len(opts) > 0 && cfg.given&givenThreshold != 0 {
+		err = invalid("WithAutomaticExtensionThreshold given to Acquire, which does not extend: pass it to Using, Lead or New")
+	}
 	if err != nil {
 		return refused(err)
 	}
@@ -146,22 +149,6 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 		return refused(err)
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
-}
-
-// acquire is Acquire after validation.
-func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
-	keys := append([]string(nil), resources...) // the caller may reuse theirs
-	p := acquirePlan(keys, ttl)
-	switch k := kindOf(cfg); {
-	case cfg.fencing:
-		p = fencedAcquirePlan(keys, ttl)
-	case !k.exclusive():
-		p = kindAcquirePlan(k, keys, ttl)
-	case cfg.fair:
-		p = fairAcquirePlan(keys, ttl, cfg)
-	}
-	p.handTag = tagOf(cfg, ttl)
-	return r.grant(ctx, cfg, p)
 }
 
 // Extend sets the ttl of lock's resources to ttl from now on a quorum of
@@ -179,8 +166,8 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 // ctx.Err() when ctx ended the call; and matching neither when node failures
 // kept it from a quorum. A Lock that Extend returns while a Release runs
 // through another handle is not Valid.
-func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...Option) (*Lock, error) {
-	oc, seen := r.observing(lock, opts)
+func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...CallOption) (*Lock, error) {
+	oc, seen := observing(r, lock, opts)
 	if !seen {
 		return r.extend(ctx, lock, ttl, opts, nil)
 	}
@@ -193,11 +180,11 @@ func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 
 // extend is Extend; out, when not nil, receives the outcome of the
 // attempts when any were made.
-func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opts []Option, out *outcome) (*Lock, error) {
+func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opts []CallOption, out *outcome) (*Lock, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
-	cfg, err := lock.cfg.with(opts)
+	cfg, err := with(lock.cfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -280,13 +267,16 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 // delete goes out, and [Redlock.Close] waits for them.
 //
 // Release returns an error matching [ErrInvalidArgument] for a nil Lock or a
-// Lock of another Redlock. It returns an [*ExecutionError] matching
+// Lock of another Redlock. Release never refuses a lock it holds: with an
+// option out of range, it releases with the lock's own settings and
+// returns its result with an error matching ErrInvalidArgument that names
+// the option (joined with the release's error, if any). It returns an [*ExecutionError] matching
 // [ErrLockExpired] at once when the lock was already released, a quorum of
 // nodes no longer holds it, or its validity had passed and one attempt did
 // not find it on a quorum; matching ctx.Err() when ctx ended the call; and
 // matching neither when node failures kept it from a quorum.
-func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*ExecutionResult, error) {
-	oc, seen := r.observing(lock, opts)
+func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...ReleaseOption) (*ExecutionResult, error) {
+	oc, seen := observing(r, lock, opts)
 	if !seen {
 		return r.release(ctx, lock, opts, nil)
 	}
@@ -299,13 +289,16 @@ func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...Option) (*Exe
 
 // release is Release; out, when not nil, receives the outcome of the
 // attempts when any were made.
-func (r *Redlock) release(ctx context.Context, lock *Lock, opts []Option, out *outcome) (*ExecutionResult, error) {
+func (r *Redlock) release(ctx context.Context, lock *Lock, opts []ReleaseOption, out *outcome) (*ExecutionResult, error) {
 	if err := r.owns(ctx, lock); err != nil {
 		return nil, err
 	}
-	cfg, err := lock.cfg.with(opts)
+	cfg, err := with(lock.cfg, opts)
 	if err != nil {
-		return nil, err
+		// Release never refuses a lock it holds: it releases with the
+		// lock's own settings, and says what was wrong.
+		res, rerr := r.release(ctx, lock, nil, out)
+		return res, errors.Join(fmt.Errorf("%w (the lock was released with its own settings)", err), rerr)
 	}
 	life := lock.life
 	handed, before := r.startRelease(lock, cfg) // before anything is sent; see Valid

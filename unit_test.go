@@ -71,7 +71,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	base := defaultConfig()
 	for i, o := range ok {
-		_, err := base.with([]Option{o})
+		_, err := with(&base, []Option{o})
 		assert.NoError(t, err, "option %d", i)
 	}
 	bad := map[string]Option{
@@ -97,11 +97,11 @@ func TestConfigValidate(t *testing.T) {
 		"automatic extension 24h+1s": WithAutomaticExtensionThreshold(24*time.Hour + time.Second),
 	}
 	for name, o := range bad {
-		_, err := base.with([]Option{o})
+		_, err := with(&base, []Option{o})
 		assert.ErrorIs(t, err, ErrInvalidArgument, "option %s", name)
 	}
 	// The last option wins; the base is not changed.
-	c, err := base.with([]Option{WithRetryCount(3), WithRetryCount(5)})
+	c, err := with(&base, []Option{WithRetryCount(3), WithRetryCount(5)})
 	require.NoError(t, err)
 	assert.Equal(t, 5, c.retryCount)
 	assert.Equal(t, 10, base.retryCount)

@@ -52,14 +52,14 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 		return err
 	}
 	ran := false
-	if oc, _ := r.observing(nil, opts); oc.observer != nil && oc.observer.Using != nil {
+	if oc, _ := observing(r, nil, opts); oc.observer != nil && oc.observer.Using != nil {
 		hook, start := oc.observer.Using, time.Now()
 		defer func() { // after the release, below
 			safely(hook, UsingInfo{Ctx: ctx, Resources: append([]string(nil), resources...), Start: start, Took: time.Since(start),
 				Err: err, Ran: ran, Lost: errors.Is(err, ErrExtensionFailed)})
 		}()
 	}
-	cfg, err := r.cfg.with(opts)
+	cfg, err := with(r.cfg, opts)
 	if err != nil {
 		return err
 	}

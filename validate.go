@@ -123,10 +123,10 @@ func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
 }
 
 // reservedPrefix returns the namespace of redlock's own keys that res is
-// in (the leader records of elections, the permits of semaphores, the
-// readers of shared locks), or "".
+// in (the locks and leader records of elections, the permits of
+// semaphores, the readers of shared locks, the fair queues), or "".
 func reservedPrefix(res string) string {
-	for _, ns := range []string{script.LeaderPrefix, "redlock:permit:", "redlock:readers:", script.QueuePrefix, script.QueueLivePrefix} {
+	for _, ns := range []string{electionPrefix, script.LeaderPrefix, "redlock:permit:", "redlock:readers:", script.QueuePrefix, script.QueueLivePrefix} {
 		if strings.HasPrefix(res, ns) {
 			return ns
 		}
