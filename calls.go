@@ -74,9 +74,9 @@ func (as *attemptState) connecting(i int) {
 
 // sending reports whether node i's call is still worth sending, as its lane
 // is about to send it, and records the answer. A release is always sent (it
-// only ever deletes our own value), and so is a fenced acquire's write-back
-// unless its round failed (it only ever raises counters where our lock is,
-// and a node that takes it after the quorum catches up).
+// only ever deletes our own value), and so is a plan that only raises what
+// the lock's keys hold (plan.raises) unless its round failed: a node that
+// takes it after the quorum catches up.
 //
 // An acquire or extend whose attempt was won is sent too, whatever its
 // caller's ctx or the attempt's deadline: nobody waits for that vote any
@@ -107,7 +107,7 @@ func (as *attemptState) sending(i int) bool {
 	switch {
 	case as.op == OpRelease:
 		return true
-	case as.op == OpFence && as.outcome.Load() != attemptLost:
+	case as.raises && as.outcome.Load() != attemptLost:
 		return true
 	}
 	var why error
@@ -125,7 +125,7 @@ func (as *attemptState) sending(i int) bool {
 		return false
 	case out == attemptWon:
 		// The lock's write: see above. Its answer is counted by nobody
-		// (the collector has returned), but a semaphore's stray permits
+		// (the collector has returned), but a node's stray choice is
 		// are still released (answer).
 		return true
 	case as.ctx.Err() != nil:
@@ -175,8 +175,8 @@ func (as *attemptState) answer(i int, err error) {
 	}
 	nc.state.Store(callDone)
 	as.voteAcked(i, err, nc.acks)
-	if err == nil && nc.picks != "" {
-		as.stray(i) // a semaphore's node that took other permits than the quorum
+	if err == nil && nc.choice != "" {
+		as.stray(i) // a node that made another choice than the quorum
 	}
 	if as.cleanup != nil && as.cleanup.failed.Load() {
 		as.clean(i)

@@ -375,8 +375,9 @@
 // # Contributing
 //
 // CONTRIBUTING.md in the repository says which file holds what (redlock.go
-// the API, plan.go the operations, engine.go the retry loop, quorum.go the
-// attempt and the vote, votes.go what a node's answer votes; under
+// the API, kind.go the primitives' seam and one file per primitive,
+// plan.go the operations, engine.go the retry loop, quorum.go the attempt
+// and the vote, votes.go what a node's answer votes; under
 // internal/, lane the nodes, their lanes and breakers, script the Lua, wake
 // the waiters), what each package may import, and how to run the tests, the
 // safety harness and the benchmarks.

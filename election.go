@@ -139,8 +139,9 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 	}()
 	camp := *cfg
 	camp.retryCount = -1 // a campaign tries until ctx ends; the term's extensions and release retry as the options say
+	tk := termKind{rec: &termRecord{keys: []string{e.key, fenceKey(e.key), e.rec}, id: id}}
 	for {
-		lock, err := r.grant(cctx, &camp, fencedAcquirePlan([]string{e.key}, ttl))
+		lock, err := r.grant(cctx, &camp, tk, tk.acquire([]string{e.key}, ttl, &camp))
 		if err != nil {
 			if errors.Is(context.Cause(cctx), ErrClosed) {
 				return nil, fmt.Errorf("%w: %w", ErrClosed, err)
@@ -148,7 +149,6 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 			return nil, err
 		}
 		lock.cfg = cfg
-		lock.kind.term = &termRecord{keys: []string{e.key, fenceKey(e.key), e.rec}, id: id}
 		// Only a granted term is recorded and announced (its first
 		// extension, at once), so that Leader and Observe never show an
 		// attempt that failed after its write-back. A record round lost to

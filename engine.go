@@ -23,8 +23,8 @@ type outcome struct {
 	tries    int             // attempts made
 	win      *ExecutionStats // the successful attempt, or nil
 	value    string          // acquire: the successful attempt's value
-	token    uint64          // fenced acquire: the successful attempt's token
-	picks    string          // a semaphore's acquire: the permits of the successful attempt
+	token    uint64          // the token the successful attempt's kind granted (hooks.sealed)
+	choice   string          // the choice of the successful attempt's quorum (plan.choices)
 	handed   *handOff        // acquire: the lock a holder handed over, instead of a win
 	err      *ExecutionError
 }
@@ -50,15 +50,6 @@ type run struct {
 	waits    bool            // the call may wait for a release announcement
 	wt       *wake.Waiter    // its place among the waiters, once it waits
 	window   time.Time       // free wakes end here
-	// queuedAt is, per node, the start of the last attempt that the node
-	// answered "queued", and queuedNode the node's time then (a fair
-	// queue's call on one resource; see fair.go).
-	queuedAt   []time.Time
-	queuedNode []int64
-	// splits counts the fair call's failed attempts in a row that some
-	// node voted for, since splitSince (see unsplit).
-	splits     int
-	splitSince time.Time
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -90,29 +81,30 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if off := r.wake.Leave(c.wt, c.o.win != nil || c.o.handed != nil); off != nil {
 			r.disown(ctx, cfg, p, off.(*handOff)) // handed over as the call gave up
 		}
-		if p.queue != "" && c.o.win == nil && c.o.handed == nil && c.tries > 0 {
-			r.leave(ctx, cfg, p) // gave up: out of the queues
+		if c.o.win == nil && c.o.handed == nil && c.tries > 0 {
+			p.hook().gaveUp(&c, p)
 		}
 	}()
 	// A call that may wait queues behind this Redlock's waiters for the same
 	// resources, when there are any, before its first attempt: trying at
 	// once would jump the queue, and could split the nodes with the head's
-	// attempt at the next release.
-	// A call of the fair queue takes its place in the nodes' queues
-	// instead, and joins the waiters at once: the release that hands it
-	// the lock may come before its first attempt has answered.
-	if c.waits && p.queue != "" {
-		c.wt = r.wake.Join(p.res, false, p.tag(), p.waiterID())
+	// attempt at the next release. A kind whose waiters take their place on
+	// the nodes instead joins the waiters at once (hooks.waiter): the
+	// release that hands it the lock may come before its first attempt has
+	// answered.
+	id, atOnce := p.hook().waiter()
+	if c.waits && atOnce {
+		c.wt = r.wake.Join(p.res, false, p.tag(), id)
 	}
-	if c.waits && p.queue == "" {
-		if c.wt = r.wake.Join(p.res, true, p.tag(), p.waiterID()); c.wt != nil {
+	if c.waits && !atOnce {
+		if c.wt = r.wake.Join(p.res, true, p.tag(), id); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
 		}
 	}
 	for i := 0; ; i++ {
-		if c.handedOver(p) || c.handedByNodes(p) {
+		if c.handedOver(p) || p.hook().granted(&c, p) {
 			return c.o
 		}
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
@@ -126,11 +118,10 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
 			return c.o
 		}
-		c.queued(p, st, as)
 		if e := c.verdict(p, st, as); e != nil {
 			return c.fail(p, e)
 		}
-		c.unsplit(p, st)
+		p.hook().failed(&c, p, st, as)
 		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
 			if c.handedOver(p) { // handed over during the last attempt
 				return c.o
@@ -152,8 +143,8 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	}
 }
 
-// try makes one attempt (with a fenced acquire's write-back), records it,
-// and tells the observer.
+// try makes one attempt (with its kind's second round, hooks.sealed),
+// records it, and tells the observer.
 func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	q := c.r.needed()
 	if p.freshValue {
@@ -166,13 +157,13 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	c.tries++
 	began := time.Now()
 	st, as := c.r.attempt(c.ctx, c.cfg, p, c.args, c.deleted, c.timeout)
-	if p.fenced && len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-c.d {
-		st, c.o.token = c.r.writeBack(c.ctx, c.cfg, p, c.o.value, st, as, p.ttl-c.d)
+	if len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-c.d {
+		st, c.o.token = p.hook().sealed(c, p, st, as)
 	}
 	if len(st.VotesFor) >= q && p.ttl > 0 && time.Since(st.Start) >= p.ttl-c.d {
 		st.Late = true
 	}
-	c.o.picks = st.picks
+	c.o.choice = st.choice
 	if c.cfg.retryCount == -1 {
 		c.o.attempts = append(c.o.attempts[:0], st) // unlimited: keep the last only
 	} else {
@@ -212,7 +203,7 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 	// they give up). Only a node that said "held by another" surely wrote
 	// nothing; a vote for, an error, or no answer yet may all mean a write.
 	// The release runs even when ctx has ended, and is not waited for here.
-	if p.undoFailed && (held < n || p.s.Picks) { // a semaphore's "held" may be a split: that node wrote
+	if p.undoFailed && (held < n || p.choices) { // with choices, a "held" may be a split: that node wrote
 		c.cleaning = as.releaseWrites()
 	}
 	// A quorum of "not held" for extend or release cannot change by
@@ -260,11 +251,8 @@ func (c *run) pause(p *plan, split bool) slept {
 	}
 	var s slept
 	paused := time.Now()
-	d := retryDelay(c.cfg)
-	if p.queue != "" {
-		d = min(d, p.live/3) // keep the place in the queues
-	}
-	if p.freshValue && split && p.queue == "" {
+	d, spread := p.hook().pause(retryDelay(c.cfg))
+	if p.freshValue && split && spread {
 		s = sleepOrWakeSpread(c.ctx, d, c.wt.C())
 	} else {
 		s = sleepOrWake(c.ctx, d, c.wt.C())

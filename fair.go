@@ -78,17 +78,71 @@ func fairKeys(resources []string) []string {
 // asking again: a second, or five node timeouts when that is longer.
 func fairLive(cfg *config) time.Duration { return max(time.Second, 5*cfg.nodeTimeout) }
 
-// fairAcquirePlan locks resources for ttl through the fair queue, as a
-// waiter with a new id that began waiting now. Its place in the queues is
-// "id:ttl" (see internal/script's fair.go).
-func fairAcquirePlan(resources []string, ttl time.Duration, cfg *config) *plan {
+// fairKind is the kind of the fair queue's locks; member is a held lock's
+// waiter's place in the queues.
+type fairKind struct{ member string }
+
+// acquire locks resources for ttl through the fair queue, as a waiter with
+// a new id that began waiting now. Its place in the queues is "id:ttl"
+// (see internal/script's fair.go).
+func (fairKind) acquire(resources []string, ttl time.Duration, cfg *config) *plan {
 	p := acquirePlan(resources, ttl)
 	id := randomValue()
-	p.queue, p.live = id+":"+strconv.FormatInt(int64(ttl/time.Millisecond), 10), fairLive(cfg)
-	p.s, p.keys = script.FairAcquire, fairKeys(resources)
-	p.args = []any{nil, int64(ttl / time.Millisecond), p.queue, time.Now().UnixMilli(), p.live.Milliseconds(), id}
+	fc := &fairCall{member: id + ":" + strconv.FormatInt(int64(ttl/time.Millisecond), 10), live: fairLive(cfg)}
+	p.s, p.keys, p.hooks = script.FairAcquire, fairKeys(resources), fc
+	p.args = []any{nil, int64(ttl / time.Millisecond), fc.member, time.Now().UnixMilli(), fc.live.Milliseconds(), id}
 	return p
 }
+
+func (fairKind) won(p *plan, _ *outcome) kind { return fairKind{member: p.hooks.(*fairCall).member} }
+
+func (k fairKind) extend(l *Lock, ttl time.Duration) *plan {
+	return fairExtendPlan(l.resources, l.value, k.member, l.until(), ttl)
+}
+
+func (k fairKind) release(l *Lock, until time.Time) *plan {
+	return fairReleasePlan(l.resources, l.value, k.member, until)
+}
+
+// handsOver: the queue decides who is next.
+func (fairKind) handsOver() bool { return false }
+
+// fairCall is a fair acquire's hooks, and its state: its place in the
+// queues (member), how long it keeps it without asking again (live), and
+// what the nodes told it.
+type fairCall struct {
+	noHooks
+	member string
+	live   time.Duration
+	// queuedAt is, per node, the start of the last attempt that the node
+	// answered "queued", and queuedNode the node's time then (a call on
+	// one resource; see queued).
+	queuedAt   []time.Time
+	queuedNode []int64
+	// splits counts the failed attempts in a row that some node voted
+	// for, since splitSince (see unsplit).
+	splits     int
+	splitSince time.Time
+}
+
+// waiter: it joins the waiters at once, under its id in the queues.
+func (fc *fairCall) waiter() (string, bool) { return queueID(fc.member), true }
+
+// failed records what the nodes answered, and ends a split.
+func (fc *fairCall) failed(c *run, p *plan, st ExecutionStats, as *attemptState) {
+	fc.queued(c, p, st, as)
+	fc.unsplit(c, p, st)
+}
+
+// granted: see handedByNodes.
+func (fc *fairCall) granted(c *run, p *plan) bool { return fc.handedByNodes(c, p) }
+
+// pause: at most a third of its liveness, to keep its place; a wake is
+// not spread (the queue decides).
+func (fc *fairCall) pause(d time.Duration) (time.Duration, bool) { return min(d, fc.live/3), false }
+
+// gaveUp: out of the queues.
+func (fc *fairCall) gaveUp(c *run, p *plan) { c.r.leave(c.ctx, c.cfg, p, fc.member) }
 
 // queueID is the id of the waiter whose place in the queues is member.
 func queueID(member string) string { return member[:valueLen] }
@@ -111,21 +165,13 @@ func fairReleasePlan(resources []string, value, member string, until time.Time) 
 	return p
 }
 
-// leave takes a waiter that gave up out of the queues, and hands on what
-// was handed to it: one attempt on every node, within the node timeout.
-func (r *Redlock) leave(ctx context.Context, cfg *config, p *plan) {
-	lp := fairReleasePlan(p.res, queueID(p.queue), p.queue, time.Time{})
+// leave takes a waiter (member) that gave up out of the queues, and hands
+// on what was handed to it: one attempt on every node, within the node
+// timeout.
+func (r *Redlock) leave(ctx context.Context, cfg *config, p *plan, member string) {
+	lp := fairReleasePlan(p.res, queueID(member), member, time.Time{})
 	lp.acked = p.acked
 	r.attempt(context.WithoutCancel(ctx), cfg, lp, lp.args, nil, cfg.nodeTimeout)
-}
-
-// waiterID is the call's id in the nodes' queues, or "" when it does not
-// queue there.
-func (p *plan) waiterID() string {
-	if p.queue == "" {
-		return ""
-	}
-	return queueID(p.queue)
 }
 
 // A waiter of the fair queue for one resource learns that it holds the lock
@@ -149,17 +195,17 @@ func (p *plan) waiterID() string {
 
 // queued records which nodes answered attempt st (as) with "queued", and
 // when by their clocks.
-func (c *run) queued(p *plan, st ExecutionStats, as *attemptState) {
-	if p.queue == "" || len(p.res) != 1 || p.acked {
+func (fc *fairCall) queued(c *run, p *plan, st ExecutionStats, as *attemptState) {
+	if len(p.res) != 1 || p.acked {
 		return
 	}
-	if c.queuedAt == nil {
-		c.queuedAt, c.queuedNode = make([]time.Time, c.r.size()), make([]int64, c.r.size())
+	if fc.queuedAt == nil {
+		fc.queuedAt, fc.queuedNode = make([]time.Time, c.r.size()), make([]int64, c.r.size())
 	}
 	for _, v := range st.VotesAgainst {
 		if isLocked(v.Err) && v.Op == p.op {
 			// The node's answer was read before its vote was counted.
-			c.queuedAt[v.Node], c.queuedNode[v.Node] = st.Start, int64(as.nodes[v.Node].counter)
+			fc.queuedAt[v.Node], fc.queuedNode[v.Node] = st.Start, int64(as.nodes[v.Node].counter)
 		}
 	}
 }
@@ -171,15 +217,15 @@ const handedGrace = 5 * time.Millisecond
 // handedByNodes reports whether a quorum of nodes handed the waiting call
 // its resource, with at least half its ttl left by the count above; then
 // the call holds the lock, under its waiter's id.
-func (c *run) handedByNodes(p *plan) bool {
-	if c.queuedAt == nil || c.wt == nil {
+func (fc *fairCall) handedByNodes(c *run, p *plan) bool {
+	if fc.queuedAt == nil || c.wt == nil {
 		return false
 	}
 	q := c.r.needed()
 	bounds := func() []time.Time {
 		var out []time.Time
 		for _, h := range c.r.wake.Handed(c.wt) {
-			if t := c.queuedAt[h.Node]; !t.IsZero() && h.At > c.queuedNode[h.Node] {
+			if t := fc.queuedAt[h.Node]; !t.IsZero() && h.At > fc.queuedNode[h.Node] {
 				out = append(out, t)
 			}
 		}
@@ -203,7 +249,7 @@ func (c *run) handedByNodes(p *plan) bool {
 	if time.Until(until) < p.ttl/2 {
 		return false
 	}
-	id := queueID(p.queue)
+	id := queueID(fc.member)
 	c.o.value, c.o.handed, c.o.tries = id, &handOff{value: id, until: until, since: time.Now()}, c.tries
 	return true
 }
@@ -218,23 +264,20 @@ func (c *run) handedByNodes(p *plan) bool {
 // next attempt, with the score it had: its place comes back wherever it was
 // missing. Announcements heard before it left no longer count: each node
 // must answer "queued" again first.
-func (c *run) unsplit(p *plan, st ExecutionStats) {
-	if p.queue == "" {
-		return
-	}
+func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
 	if len(st.VotesFor) == 0 {
-		c.splits, c.splitSince = 0, time.Time{}
+		fc.splits, fc.splitSince = 0, time.Time{}
 		return
 	}
-	if c.splits++; c.splits == 1 {
-		c.splitSince = time.Now()
+	if fc.splits++; fc.splits == 1 {
+		fc.splitSince = time.Now()
 	}
-	if c.splits < 3 || time.Since(c.splitSince) < p.live/3 {
+	if fc.splits < 3 || time.Since(fc.splitSince) < fc.live/3 {
 		return
 	}
-	c.r.leave(c.ctx, c.cfg, p)
-	for i := range c.queuedNode {
-		c.queuedNode[i] = math.MaxInt64
+	c.r.leave(c.ctx, c.cfg, p, fc.member)
+	for i := range fc.queuedNode {
+		fc.queuedNode[i] = math.MaxInt64
 	}
-	c.splits, c.splitSince = 0, time.Time{}
+	fc.splits, fc.splitSince = 0, time.Time{}
 }

@@ -2,11 +2,9 @@ package redlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/lane"
-	"github.com/go-redlock/redlock/internal/script"
 )
 
 // Hand-over in one process (WithHandOver): a Release while an Acquire of
@@ -53,7 +51,7 @@ type handTag struct {
 // tagOf returns the hand-over tag of an exclusive lock of ttl under cfg,
 // or the zero tag (ttl 0) when cfg does not hand over.
 func tagOf(cfg *config, ttl time.Duration) handTag {
-	if cfg.handOver == 0 || !cfg.wake || cfg.fair || !kindOf(cfg).exclusive() {
+	if cfg.handOver == 0 || !cfg.wake || !kindFor(cfg).handsOver() {
 		return handTag{}
 	}
 	t := handTag{ttl: ttl, fenced: cfg.fencing}
@@ -82,7 +80,7 @@ func (p *plan) tag() any {
 func (r *Redlock) handOver(lock *Lock, cfg *config) bool {
 	life := lock.life
 	ttl := time.Duration(life.lastTTL.Load()) // the newest handle's, whichever releases
-	if cfg.handOver == 0 || cfg.fair || ttl == 0 {
+	if cfg.handOver == 0 || !lock.kind.handsOver() || ttl == 0 {
 		return false
 	}
 	if r.wake.Idle() {
@@ -112,20 +110,8 @@ func (c *run) takeOver(p *plan, off *handOff) bool {
 		c.r.disown(c.ctx, c.cfg, p, off)
 		return false
 	}
-	if p.fenced {
-		token := off.token + 1
-		wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{off.value, strconv.FormatUint(token, 10)}, acked: p.acked}
-		timeout := min(c.cfg.nodeTimeout, time.Until(off.until).Truncate(time.Millisecond))
-		if timeout <= 0 {
-			c.r.disown(c.ctx, c.cfg, p, off)
-			return false
-		}
-		st, _ := c.r.attempt(c.ctx, c.cfg, wb, wb.args, nil, timeout)
-		if len(st.VotesFor) < c.r.needed() || !time.Now().Before(off.until) {
-			c.r.disown(c.ctx, c.cfg, p, off)
-			return false
-		}
-		off.token = token
+	if !p.hook().takeOver(c, p, off) { // a fenced lock's new token
+		return false
 	}
 	c.o.value, c.o.token, c.o.handed = off.value, off.token, off
 	return true

@@ -22,9 +22,7 @@ type Lock struct {
 	resources  []string
 	value      string
 	token      uint64 // the fencing token; 0 when not fenced
-	kind       lockKind
-	picks      []any  // a semaphore's: the permit held of each resource
-	queue      string // a fair lock's waiter id in the nodes' queues (WithFairQueue)
+	kind       kind   // its primitive (kind.go), with what it keeps of its grant
 	expiration time.Time
 	attempts   []ExecutionStats
 	life       *lockLife // shared by every handle of the lock
@@ -38,8 +36,8 @@ type Lock struct {
 	cut atomic.Int64
 }
 
-// grant runs p, an acquire's plan, and makes the Lock it wins.
-func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error) {
+// grant runs p, an acquire's plan of kind k, and makes the Lock it wins.
+func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Lock, error) {
 	p.acked = cfg.ack != nil
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
@@ -54,9 +52,7 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, p *plan) (*Lock, error
 		resources: p.res,
 		value:     o.value,
 		token:     o.token,
-		kind:      kindOf(cfg),
-		picks:     parsePicks(o.picks),
-		queue:     p.queue,
+		kind:      k.won(p, &o),
 		attempts:  o.attempts,
 		life:      &lockLife{},
 	}
@@ -292,27 +288,8 @@ func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) (*ExecutionRe
 }
 
 // extendPlan is the plan that extends l by ttl.
-func (l *Lock) extendPlan(ttl time.Duration) *plan {
-	if l.queue != "" {
-		return fairExtendPlan(l.resources, l.value, l.queue, l.until(), ttl)
-	}
-	if l.kind.exclusive() && l.token != 0 {
-		return fencedExtendPlan(l.resources, l.value, l.token, l.until(), ttl)
-	}
-	if l.kind.exclusive() {
-		return extendPlan(l.resources, l.value, l.until(), ttl)
-	}
-	return kindExtendPlan(l.kind, l.resources, l.picks, l.value, l.token, l.until(), ttl)
-}
+func (l *Lock) extendPlan(ttl time.Duration) *plan { return l.kind.extend(l, ttl) }
 
 // releasePlan is the plan that releases l, counting until as its
 // expiration.
-func (l *Lock) releasePlan(until time.Time) *plan {
-	if l.queue != "" {
-		return fairReleasePlan(l.resources, l.value, l.queue, until)
-	}
-	if l.kind.exclusive() {
-		return releasePlan(l.resources, l.value, until)
-	}
-	return kindReleasePlan(l.kind, l.resources, l.picks, l.value, until)
-}
+func (l *Lock) releasePlan(until time.Time) *plan { return l.kind.release(l, until) }

@@ -14,7 +14,7 @@ type plan struct {
 	op   Op
 	s    *script.Script
 	keys []string // the script's KEYS
-	res  []string // the resources: keys, or, fenced, its first half
+	res  []string // the resources: the first of keys (a kind may add its own keys after them)
 	// args are the script's ARGV; an acquire's value, args[0], is drawn
 	// for each attempt (freshValue) into a copy of its own. A plan is
 	// never written after it is made: what a call's attempts share (the
@@ -39,12 +39,13 @@ type plan struct {
 	// acked: the lock waits for replicas (WithReplicaAck): its calls take
 	// the nodes' acked lanes, releases included.
 	acked bool
-	// fenced: an attempt that reaches a quorum writes its fencing token
-	// back (writeBack), and the write-back's quorum is the attempt's.
-	fenced bool
+	// choices: each node's vote for may be for a choice of its own (the
+	// reply's Picks), and only the nodes of one choice can make a quorum
+	// (quorum.attempt).
+	choices bool
 	// undo, when set, is the script that releases a failed attempt's
-	// writes, on undoKeys with ARGV value, undoArgs... (a semaphore's or a
-	// shared lock's); else script.Cleanup on the resources.
+	// writes, on undoKeys with ARGV value, undoArgs... (a kind's own);
+	// else script.Cleanup on the resources.
 	undo     *script.Script
 	undoKeys []string
 	undoArgs []any
@@ -54,11 +55,12 @@ type plan struct {
 	// handTag, when set, lets a holder of the same Redlock hand its lock
 	// to the waiting call (see handover.go).
 	handTag handTag
-	// queue is the waiter's id in the nodes' queues (WithFairQueue), and
-	// live how long it keeps its place there without asking again; "" for
-	// a call that does not queue.
-	queue string
-	live  time.Duration
+	// raises: the plan only raises what the lock's own keys hold (a
+	// kind's second round, hooks.sealed): its calls are sent unless its
+	// attempt was lost, and a node that takes one late catches up.
+	raises bool
+	// hooks are the kind's steps in the retry loop (kind.go); nil: none.
+	hooks hooks
 	// until is the existing lock's expiration (extend, release); zero for
 	// acquire.
 	until time.Time
@@ -69,6 +71,14 @@ type plan struct {
 	// from then on the extension sends nothing and makes no new attempt,
 	// since it would write back the keys that the release deletes.
 	abandon *atomic.Bool
+}
+
+// hook returns p's hooks.
+func (p *plan) hook() hooks {
+	if p.hooks == nil {
+		return noHooks{}
+	}
+	return p.hooks
 }
 
 // pastUntil says how an operation on an existing lock treats its expiration.
@@ -99,4 +109,10 @@ func extendPlan(resources []string, value string, until time.Time, ttl time.Dura
 func releasePlan(resources []string, value string, until time.Time) *plan {
 	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: []any{value},
 		until: until, pastUntil: oneAttemptPastUntil}
+}
+
+// waiterID is the call's id among the waiters (hooks.waiter), or "".
+func (p *plan) waiterID() string {
+	id, _ := p.hook().waiter()
+	return id
 }

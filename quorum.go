@@ -24,10 +24,10 @@ func (q *quorum) needed() int { return len(q.nodes)/2 + 1 }
 
 // vote is one node's answer in one attempt.
 type vote struct {
-	node  int
-	err   *NodeError // nil: for
-	acks  int        // with replica acks: how many replicas took the write; -1 not known
-	picks string     // a semaphore's acquire: the permits the node took
+	node   int
+	err    *NodeError // nil: for
+	acks   int        // with replica acks: how many replicas took the write; -1 not known
+	choice string     // with plan.choices: the choice the node voted for
 }
 
 // What happened to one node's call in one attempt.
@@ -53,7 +53,8 @@ type attemptState struct {
 	cfg      *config
 	op       Op
 	ctx      context.Context // the caller's
-	keys     []string        // the resources (a fenced script's KEYS hold their counters too)
+	keys     []string        // the resources (a kind's script may have more KEYS)
+	raises   bool            // plan.raises
 	acked    bool            // the lock's calls take the nodes' acked lanes
 	timeout  time.Duration   // the collector's wait
 	deadline time.Time       // start + timeout: an acquire or extend not sent by then is not sent
@@ -74,8 +75,7 @@ type attemptState struct {
 	// abandon is the plan's (an extend's): set once the lock's release
 	// started.
 	abandon *atomic.Bool
-	// winner is, once a semaphore's attempt won, the permits its quorum
-	// took.
+	// winner is, once an attempt with choices won, its quorum's choice.
 	winner atomic.Pointer[string]
 }
 
@@ -95,7 +95,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			st.ReplicaAcks[i] = -1
 		}
 	}
-	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
+	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, raises: p.raises, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
 	as.limit, as.abandon = as.deadline, p.abandon
 	if p.ttl > 0 {
@@ -107,8 +107,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			as.cleanup.s, as.cleanup.keys, as.cleanup.args = p.undo, p.undoKeys, p.undoArgs
 		}
 	}
-	var groups map[string][]int // a semaphore's acquire: the nodes that took each choice of permits
-	if p.s.Picks {
+	var groups map[string][]int // with choices: the nodes that voted for each choice
+	if p.choices {
 		groups = map[string][]int{}
 	}
 	kind := lane.Write
@@ -136,7 +136,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	for {
 		f, a := len(st.VotesFor), len(st.VotesAgainst)
 		if groups != nil {
-			// Only one choice of permits can win: the others' nodes count
+			// Only one choice can win: the others' nodes count
 			// against it.
 			top := 0
 			for _, g := range groups {
@@ -159,7 +159,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		case v := <-as.votes:
 			st.add(v)
 			if groups != nil && v.err == nil {
-				groups[v.picks] = append(groups[v.picks], v.node)
+				groups[v.choice] = append(groups[v.choice], v.node)
 			}
 		case <-timer.C:
 			if next := as.expire(p); next > 0 {
@@ -193,7 +193,7 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	}
 	v := vote{node: i, err: ne, acks: acks}
 	if err == nil {
-		v.picks = as.nodes[i].picks // written before its answer, by the same goroutine
+		v.choice = as.nodes[i].choice // written before its answer, by the same goroutine
 	}
 	as.votes <- v
 }

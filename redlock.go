@@ -236,8 +236,6 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		value:      lock.value,
 		token:      lock.token,
 		kind:       lock.kind,
-		picks:      lock.picks,
-		queue:      lock.queue,
 		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
 		attempts:   o.attempts,
 		life:       lock.life,

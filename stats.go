@@ -33,9 +33,9 @@ type ExecutionStats struct {
 	// without those options, and for releases.
 	ReplicaAcks []int
 
-	token uint64     // a fenced attempt whose first round reached a quorum: its token
-	fence fenceRound // and what became of its write-back
-	picks string     // a semaphore's attempt that won: the permits its quorum took
+	token  uint64     // a fenced attempt whose first round reached a quorum: its token
+	fence  fenceRound // and what became of its write-back
+	choice string     // an attempt with choices that won: its quorum's choice (a semaphore's permits)
 }
 
 // fenceRound is what became of a fenced attempt's write-back.

@@ -3,8 +3,11 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // termRecord is what a term's extensions keep on each node.
@@ -12,6 +15,31 @@ type termRecord struct {
 	keys []string // the lock key, its counter, its record
 	id   string
 }
+
+// termKind is the kind of an election's term: a fenced lock whose
+// extensions also keep its record (script.ElectExtend), and which is never
+// handed over in the process (a candidate takes it by its own attempt).
+type termKind struct{ rec *termRecord }
+
+func (termKind) acquire(resources []string, ttl time.Duration, _ *config) *plan {
+	return fencedAcquirePlan(resources, ttl)
+}
+
+func (k termKind) won(*plan, *outcome) kind { return k }
+
+func (k termKind) extend(l *Lock, ttl time.Duration) *plan {
+	p := extendPlan(l.resources, l.value, l.until(), ttl)
+	p.s, p.keys = script.ElectExtend, k.rec.keys
+	p.args = append(p.args, strconv.FormatUint(l.token, 10), k.rec.id)
+	return p
+}
+
+// release: a term's release is the plain one.
+func (termKind) release(l *Lock, until time.Time) *plan {
+	return releasePlan(l.resources, l.value, until)
+}
+
+func (termKind) handsOver() bool { return false }
 
 // Term is one candidate's time as the leader, from Campaign until it is
 // resigned or lost. It is safe for concurrent use.

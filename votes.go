@@ -27,8 +27,8 @@ type nodeCall struct {
 	i  int
 	s  *script.Script
 
-	counter   uint64       // a fenced acquire's answer: the highest fencing counter of its resources there
-	picks     string       // a semaphore's acquire: the permits the node took
+	counter   uint64       // the reply's Counter, when its script answers one
+	choice    string       // the reply's Picks: the choice the node voted for (plan.choices)
 	acks      int          // with WithReplicaAck: how many replicas took the write (-1: not known)
 	state     atomic.Int32 // callQueued ... callConnecting
 	since     atomic.Int64 // when its lane began setting up a connection for it (Unix ns)
@@ -48,7 +48,7 @@ func (nc *nodeCall) Connecting() { nc.as.connecting(nc.i) }
 // Done implements lane.Handler: the node's answer is its vote.
 func (nc *nodeCall) Done(r lane.Result) {
 	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
-	nc.counter, nc.picks = rep.Counter, rep.Picks
+	nc.counter, nc.choice = rep.Counter, rep.Picks
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
 		err = judgeAcks(nc.Ack, r)
@@ -255,22 +255,22 @@ func scriptFor(nd *lane.Node, s *script.Script, resources []string, args []any) 
 	return script.ReleaseSharded, sharded
 }
 
-// choose decides a semaphore's attempt on its groups of votes for (the
-// nodes that took each choice of permits): the largest wins when it is a
-// quorum (won), and the votes for of the other groups become votes
-// against, as contention. A node that took other permits than the winner's
-// releases them at once (see stray); when the attempt failed, its cleanup
+// choose decides an attempt with choices on its groups of votes for (the
+// nodes that voted for each choice): the largest wins when it is a quorum
+// (won), and the votes for of the other groups become votes against, as
+// contention. A node that made another choice than the winner's releases
+// its write at once (see stray); when the attempt failed, its cleanup
 // releases them all.
 func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won bool) {
 	best, top := "", -1
-	for picks, g := range groups {
-		if len(g) > top || len(g) == top && picks < best { // ties: the same choice on every call
-			best, top = picks, len(g)
+	for choice, g := range groups {
+		if len(g) > top || len(g) == top && choice < best { // ties: the same choice on every call
+			best, top = choice, len(g)
 		}
 	}
 	if won {
 		as.winner.Store(&best)
-		st.picks = best
+		st.choice = best
 	}
 	in := map[int]bool{}
 	for _, i := range groups[best] {
@@ -302,12 +302,12 @@ func (as *attemptState) choose(st *ExecutionStats, groups map[string][]int, won 
 	}
 }
 
-// stray releases, on node i, the permits a won semaphore attempt's node
-// took when they are not the winner's: that node is no part of the lock.
+// stray releases, on node i, the write of a won attempt's node whose
+// choice is not the winner's: that node is no part of the lock.
 func (as *attemptState) stray(i int) {
 	nc := &as.nodes[i]
 	w := as.winner.Load()
-	if w == nil || as.cleanup == nil || nc.state.Load() != callDone || nc.picks == "" || nc.picks == *w {
+	if w == nil || as.cleanup == nil || nc.state.Load() != callDone || nc.choice == "" || nc.choice == *w {
 		return
 	}
 	as.clean(i)

@@ -54,11 +54,60 @@ func fencedKeys(resources []string) []string {
 	return keys
 }
 
+// fencedKind is the kind of the fenced locks.
+type fencedKind struct{}
+
+func (fencedKind) acquire(resources []string, ttl time.Duration, _ *config) *plan {
+	return fencedAcquirePlan(resources, ttl)
+}
+
+func (k fencedKind) won(*plan, *outcome) kind { return k }
+
+func (fencedKind) extend(l *Lock, ttl time.Duration) *plan {
+	return fencedExtendPlan(l.resources, l.value, l.token, l.until(), ttl)
+}
+
+func (fencedKind) release(l *Lock, until time.Time) *plan {
+	return releasePlan(l.resources, l.value, until)
+}
+
+// handsOver: with a new token (fencedHooks.takeOver).
+func (fencedKind) handsOver() bool { return true }
+
 // fencedAcquirePlan locks resources for ttl and draws a fencing token.
 func fencedAcquirePlan(resources []string, ttl time.Duration) *plan {
 	p := acquirePlan(resources, ttl)
-	p.s, p.keys, p.fenced = script.FencedAcquire, fencedKeys(resources), true
+	p.s, p.keys, p.hooks = script.FencedAcquire, fencedKeys(resources), fencedHooks{}
 	return p
+}
+
+// fencedHooks are a fenced acquire's steps: the write-back after a quorum,
+// and a new token for a lock handed over.
+type fencedHooks struct{ noHooks }
+
+// sealed writes the token back (writeBack).
+func (fencedHooks) sealed(c *run, p *plan, st ExecutionStats, as *attemptState) (ExecutionStats, uint64) {
+	return c.r.writeBack(c.ctx, c.cfg, p, c.o.value, st, as, p.ttl-c.d)
+}
+
+// takeOver draws a new token for the lock handed over: the token + 1,
+// written to a quorum of nodes that still hold the value (script.WriteBack),
+// within the lock's validity. It disowns the offer when it cannot.
+func (fencedHooks) takeOver(c *run, p *plan, off *handOff) bool {
+	token := off.token + 1
+	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{off.value, strconv.FormatUint(token, 10)}, acked: p.acked, raises: true}
+	timeout := min(c.cfg.nodeTimeout, time.Until(off.until).Truncate(time.Millisecond))
+	if timeout <= 0 {
+		c.r.disown(c.ctx, c.cfg, p, off)
+		return false
+	}
+	st, _ := c.r.attempt(c.ctx, c.cfg, wb, wb.args, nil, timeout)
+	if len(st.VotesFor) < c.r.needed() || !time.Now().Before(off.until) {
+		c.r.disown(c.ctx, c.cfg, p, off)
+		return false
+	}
+	off.token = token
+	return true
 }
 
 // fencedExtendPlan extends a fenced lock (token) as extendPlan does, and
@@ -83,7 +132,7 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, value str
 		top = max(top, as.nodes[i].counter)
 	}
 	token := top + 1 // top < script.MaxToken: the script and Read refuse more
-	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{value, strconv.FormatUint(token, 10)}, acked: p.acked}
+	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{value, strconv.FormatUint(token, 10)}, acked: p.acked, raises: true}
 	timeout := min(cfg.nodeTimeout, time.Until(st.Start.Add(validity)).Truncate(time.Millisecond))
 	if timeout <= 0 {
 		// Too late to send anything: the attempt fails on its first round.

@@ -1,0 +1,56 @@
+package redlock
+
+import (
+	"time"
+
+	"github.com/go-redlock/redlock/internal/script"
+	"github.com/go-redlock/redlock/internal/slot"
+)
+
+// Shared locks (WithShared). A shared lock is a reader in a sorted set
+// beside the resource, scored by its expiry on the node's clock, with a
+// marker in the resource's own key alive at least as long as its longest
+// reader (see internal/script). A reader's and an exclusive lock's quorums
+// share a node, which refuses whichever came second.
+
+// sharedKind is the kind of the shared (read) locks.
+type sharedKind struct{}
+
+// readersKey returns the key of resource's readers, in its slot.
+func readersKey(resource string) string {
+	return "redlock:readers:{" + slot.Tag(resource) + "}:" + resource
+}
+
+// keys returns the KEYS of the shared scripts on resources: per resource,
+// the resource, then its readers' key.
+func (sharedKind) keys(resources []string) []string {
+	keys := make([]string, 0, 2*len(resources))
+	for _, r := range resources {
+		keys = append(keys, r, readersKey(r))
+	}
+	return keys
+}
+
+func (k sharedKind) acquire(resources []string, ttl time.Duration, _ *config) *plan {
+	p := acquirePlan(resources, ttl)
+	p.keys, p.undoKeys = k.keys(resources), k.keys(resources)
+	p.s, p.undo = script.SharedAcquire, script.SharedCleanup
+	return p
+}
+
+func (k sharedKind) won(*plan, *outcome) kind { return k }
+
+func (k sharedKind) extend(l *Lock, ttl time.Duration) *plan {
+	p := extendPlan(l.resources, l.value, l.until(), ttl)
+	p.keys, p.s = k.keys(l.resources), script.SharedExtend
+	return p
+}
+
+func (k sharedKind) release(l *Lock, until time.Time) *plan {
+	p := releasePlan(l.resources, l.value, until)
+	p.keys, p.s = k.keys(l.resources), script.SharedRelease
+	return p
+}
+
+// handsOver: readers are held side by side.
+func (sharedKind) handsOver() bool { return false }
