@@ -189,8 +189,11 @@ func manyKeys(n int) []string {
 }
 
 // Release never refuses to release a lock it holds: with an option out of
-// range it releases with the lock's own settings, and says what was wrong
-// with an error matching ErrInvalidArgument beside the result.
+// range it releases with the other options, and says what was wrong with
+// an error matching ErrInvalidArgument beside the result. The valid
+// options still apply (a probe found WithHandOver(0, 0) and the observer
+// dropped with the bad one): a real release stays real, and the
+// observer hears of it.
 func TestReleaseWithABadOption(t *testing.T) {
 	f := newNodes(t, 3)
 	ctx := context.Background()
@@ -202,11 +205,30 @@ func TestReleaseWithABadOption(t *testing.T) {
 		require.NoError(t, err, name)
 		res, err := l.Release(ctx, o)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
-		assert.Contains(t, err.Error(), "released with its own settings", name)
+		assert.Contains(t, err.Error(), "ignored: the release went on without it", name)
 		require.NotNil(t, res, name)
 		assert.False(t, l.Valid(), name)
 		for i := range 3 { // the last node's delete may still be on its way
 			assert.Eventually(t, func() bool { return f.DBSize(t, i) == 0 }, 5*time.Second, time.Millisecond, "%s: node %d", name, i)
 		}
 	}
+	l, err := f.rl.Acquire(ctx, []string{"bad-release"}, 10*time.Second)
+	require.NoError(t, err)
+	b := make(chan error, 1)
+	go func() {
+		w, err := f.rl.Acquire(ctx, []string{"bad-release"}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(20*time.Millisecond))
+		if err == nil {
+			_, err = w.Release(ctx)
+		}
+		b <- err
+	}()
+	queued(t, f.rl, "bad-release", 1)
+	released := 0
+	obs := &redlock.Observer{Released: func(redlock.ReleasedInfo) { released++ }}
+	res, err := l.Release(ctx, redlock.WithHandOver(0, 0), redlock.WithObserver(obs), redlock.WithRetryCount(-2))
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	require.NotNil(t, res)
+	assert.False(t, res.HandedOver, "WithHandOver(0, 0) beside a bad option: a real release")
+	assert.Equal(t, 1, released, "the observer given beside a bad option hears of the release")
+	require.NoError(t, <-b, "the waiter takes the freed lock")
 }

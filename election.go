@@ -195,7 +195,8 @@ func (e *Election) check(ctx context.Context, id string, ttl time.Duration, opts
 	case err != nil:
 		return nil, err
 	case cfg.permits > 1, cfg.shared, cfg.fair:
-		return nil, invalid("%s for a campaign: a term is an exclusive fenced lock; drop it", cfg.termNames())
+		return nil, invalid("%s for a campaign (given to it, or New's default): a term is an exclusive fenced lock; "+
+			"drop it, or give the campaign %s", cfg.termNames(), cfg.termOverride())
 	}
 	fenced := *cfg
 	cfg = &fenced

@@ -267,3 +267,15 @@ func (c *config) termNames() string {
 	}
 	return c.kindNames()
 }
+
+// termOverride names the option that gives a campaign back the exclusive
+// lock, over New's default.
+func (c *config) termOverride() string {
+	switch {
+	case c.fair:
+		return "WithFairQueue(false)"
+	case c.shared:
+		return "WithShared(false)"
+	}
+	return "WithPermits(1)"
+}

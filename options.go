@@ -24,7 +24,7 @@ import (
 // compile. A []Option may hold both kinds.
 //
 // Option values are immutable and may be shared between goroutines. A nil
-// Option is ignored.
+// Option, and a nil CallOption, LockOption or HandOverOption, is ignored.
 type Option interface{ apply(*config) }
 
 // CallOption is an [Option] that means something on every call, Extend and

@@ -64,6 +64,20 @@ func TestMeaninglessOptionsAreRefused(t *testing.T) {
 	}
 	assert.Zero(t, f.DBSize(t, 0), "nothing was sent")
 
+	// A kind that New made the default is named as such, with the option
+	// that overrides it (a probe found the message naming an option the
+	// campaign was not given).
+	fairRL, err := redlock.New(f.Clients, redlock.WithFairQueue(true))
+	require.NoError(t, err)
+	defer fairRL.Close()
+	_, err = fairRL.Election("m").Campaign(ctx, "a", time.Second)
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "or New's default")
+	assert.Contains(t, err.Error(), "give the campaign WithFairQueue(false)")
+	term, err := fairRL.Election("m").Campaign(ctx, "a", time.Second, redlock.WithFairQueue(false))
+	require.NoError(t, err, "the override campaigns")
+	require.NoError(t, term.Resign(ctx))
+
 	// What is meaningful stays allowed: New's hand-over default with a
 	// semaphore's Acquire; a Release that turns hand-over off.
 	rl, err := redlock.New(f.Clients, hand)

@@ -266,9 +266,9 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 //
 // Release returns an error matching [ErrInvalidArgument] for a nil Lock or a
 // Lock of another Redlock. Release never refuses a lock it holds: with an
-// option out of range, it releases with the lock's own settings and
-// returns its result with an error matching ErrInvalidArgument that names
-// the option (joined with the release's error, if any). It returns an [*ExecutionError] matching
+// option out of range, it releases with the others and returns its result
+// with an error matching ErrInvalidArgument that names the option (joined
+// with the release's error, if any). It returns an [*ExecutionError] matching
 // [ErrLockExpired] at once when the lock was already released, a quorum of
 // nodes no longer holds it, or its validity had passed and one attempt did
 // not find it on a quorum; matching ctx.Err() when ctx ended the call; and
@@ -293,11 +293,22 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []ReleaseOption,
 	}
 	cfg, err := with(lock.cfg, opts)
 	if err != nil {
-		// Release never refuses a lock it holds: it releases with the
-		// lock's own settings, and says what was wrong.
-		res, rerr := r.release(ctx, lock, nil, out)
-		return res, errors.Join(fmt.Errorf("%w (the lock was released with its own settings)", err), rerr)
+		// Release never refuses a lock it holds: it goes on with every
+		// option that is valid on its own, and says what was wrong.
+		cfg = lock.cfg
+		for _, o := range opts {
+			if c, e := with(cfg, []ReleaseOption{o}); e == nil {
+				cfg = c
+			}
+		}
+		res, rerr := r.releaseWith(ctx, lock, cfg, out)
+		return res, errors.Join(fmt.Errorf("%w (ignored: the release went on without it)", err), rerr)
 	}
+	return r.releaseWith(ctx, lock, cfg, out)
+}
+
+// releaseWith is release with its settings.
+func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out *outcome) (*ExecutionResult, error) {
 	life := lock.life
 	handed, before := r.startRelease(lock, cfg) // before anything is sent; see Valid
 	if life.released.Load() || before {
