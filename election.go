@@ -55,11 +55,6 @@ type Election struct {
 	rec  string // the leader record's key, in key's slot
 }
 
-// electionPrefix starts the key of every election's lock: a namespace
-// refused to other calls, so that only a candidate holds it (and a term is
-// handed over to no one else).
-const electionPrefix = "redlock:election:"
-
 // Election returns the election called name. Its lock is the key
 // "redlock:election:" + name on every node, its fencing counter
 // [FenceKey] of that key, and its leader record "redlock:leader:{tag}:" +

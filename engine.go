@@ -29,6 +29,15 @@ type outcome struct {
 	err      *ExecutionError
 }
 
+// handOff is a lock passed from a releasing holder to a waiter.
+type handOff struct {
+	value string
+	token uint64
+	until time.Time // the lock's expiration, by the releasing holder's account
+	chain int       // hand-overs since the nodes granted the lock, this one included
+	since time.Time // when the nodes granted it
+}
+
 // run is one call's state, which the engine owns: the plan it runs (passed
 // to each step, never written) is not part of it.
 type run struct {
@@ -261,24 +270,6 @@ func (c *run) pause(p *plan, split bool) slept {
 		safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
 	}
 	return s
-}
-
-// handedOver reports whether a holder handed the call its lock, and the
-// call took it (see handover.go).
-func (c *run) handedOver(p *plan) bool {
-	off, _ := c.r.wake.Take(c.wt).(*handOff)
-	if off == nil {
-		return false
-	}
-	if !c.takeOver(p, off) {
-		// The hand-over took it out of the queue: it waits again, at the
-		// back of the queue.
-		c.r.wake.Leave(c.wt, false)
-		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
-		return false
-	}
-	c.o.tries = c.tries
-	return true
 }
 
 // fail ends the call with e. A failed Acquire returns once its cleanup has

@@ -3,8 +3,6 @@ package redlock
 import (
 	"context"
 	"time"
-
-	"github.com/go-redlock/redlock/internal/lane"
 )
 
 // Hand-over in one process (WithHandOver): a Release while an Acquire of
@@ -23,38 +21,13 @@ import (
 // real, so that other processes' waiters get their turn; so is a lock with
 // less than half its ttl left, or with an extension in flight.
 
-// The default bound of a chain of in-process hand-overs (WithHandOver).
-const (
-	defaultHandOver       = 16
-	defaultHandOverWindow = 100 * time.Millisecond
-	maxHandOver           = 1 << 20
-)
-
-// handOff is a lock passed from a releasing holder to a waiter.
-type handOff struct {
-	value string
-	token uint64
-	until time.Time // the lock's expiration, by the releasing holder's account
-	chain int       // hand-overs since the nodes granted the lock, this one included
-	since time.Time // when the nodes granted it
-}
-
-// handTag is what a waiter and a holder must share for a hand-over: the
-// same ttl, fencing and acknowledgement.
-type handTag struct {
-	ttl    time.Duration
-	fenced bool
-	ack    lane.Ack
-	acked  bool
-}
-
-// tagOf returns the hand-over tag of an exclusive lock of ttl under cfg,
-// or the zero tag (ttl 0) when cfg does not hand over.
-func tagOf(cfg *config, ttl time.Duration) handTag {
-	if cfg.handOver == 0 || !cfg.wake || !kindFor(cfg).handsOver() {
+// tagOf returns the hand-over tag of a lock of kind k and ttl under cfg,
+// or the zero tag (ttl 0) when it is not handed over.
+func tagOf(cfg *config, k kind, ttl time.Duration) handTag {
+	if cfg.handOver == 0 || !cfg.wake || !k.handsOver() {
 		return handTag{}
 	}
-	t := handTag{ttl: ttl, fenced: cfg.fencing}
+	t := handTag{ttl: ttl, token: cfg.fencing}
 	if cfg.ack != nil {
 		t.ack, t.acked = *cfg.ack, true
 	}
@@ -86,7 +59,7 @@ func (r *Redlock) handOver(lock *Lock, cfg *config) bool {
 	if r.wake.Idle() {
 		return false // no one waits: the common release pays nothing more
 	}
-	tag := tagOf(lock.cfg, ttl)
+	tag := tagOf(lock.cfg, lock.kind, ttl)
 	if tag.ttl == 0 {
 		return false
 	}
@@ -128,4 +101,42 @@ func (r *Redlock) disown(ctx context.Context, cfg *config, p *plan, off *handOff
 	rp := releasePlan(p.res, off.value, off.until)
 	rp.acked = p.acked
 	r.execute(context.WithoutCancel(ctx), &one, rp)
+}
+
+// handedOver reports whether a holder handed the call its lock, and the
+// call took it (see handover.go).
+func (c *run) handedOver(p *plan) bool {
+	off, _ := c.r.wake.Take(c.wt).(*handOff)
+	if off == nil {
+		return false
+	}
+	if !c.takeOver(p, off) {
+		// The hand-over took it out of the queue: it waits again, at the
+		// back of the queue.
+		c.r.wake.Leave(c.wt, false)
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
+		return false
+	}
+	c.o.tries = c.tries
+	return true
+}
+
+// startRelease marks lock's release started, and hands the lock over when
+// it may (see handOver): with no extension in flight, and no release sent
+// before (its deletes may still land). before reports that another Release
+// of the lock handed it over already: this one must send nothing, as the
+// value is the new holder's.
+func (r *Redlock) startRelease(lock *Lock, cfg *config) (handed, before bool) {
+	lf := lock.life
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.handed {
+		return false, true
+	}
+	again := lf.releasing.Swap(true)
+	if lf.extends > 0 || again || lf.released.Load() || !r.handOver(lock, cfg) {
+		return false, false
+	}
+	lf.handed = true
+	return true, false
 }

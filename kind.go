@@ -1,9 +1,6 @@
 package redlock
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Kinds. Each primitive is a kind: the plain exclusive lock (plain.go), the
 // fenced lock (fenced.go), the semaphore (semaphore.go), the shared lock
@@ -11,8 +8,9 @@ import (
 // (term.go). A kind makes the plans of its locks' operations and gives the
 // retry loop its hooks; the engine (engine.go, quorum.go, calls.go,
 // votes.go, plan.go) runs plans and calls hooks, and names no kind
-// (TestEngineNamesNoKind). A Lock carries its kind; hand-over in one
-// process (handover.go) is the part of the kinds that allow it.
+// (TestEngineNamesNoKind); acquire.go's kindFor is the one switch on the
+// options. A Lock carries its kind; hand-over in one process (handover.go)
+// is the part of the kinds that allow it.
 
 // kind is one primitive, and what a lock of it keeps of its grant.
 type kind interface {
@@ -30,21 +28,6 @@ type kind interface {
 	// handsOver reports whether a Release may hand a lock of the kind to
 	// a waiter of the same Redlock (WithHandOver).
 	handsOver() bool
-}
-
-// kindFor returns the kind of lock that cfg asks for.
-func kindFor(cfg *config) kind {
-	switch {
-	case cfg.shared:
-		return sharedKind{}
-	case cfg.permits > 1:
-		return semaphoreKind{permits: cfg.permits}
-	case cfg.fencing:
-		return fencedKind{}
-	case cfg.fair:
-		return fairKind{}
-	}
-	return plainKind{}
 }
 
 // hooks are what a kind does in the retry loop besides sending its
@@ -87,12 +70,3 @@ func (noHooks) granted(*run, *plan) bool                          { return false
 func (noHooks) pause(d time.Duration) (time.Duration, bool)       { return d, true }
 func (noHooks) gaveUp(*run, *plan)                                {}
 func (noHooks) takeOver(*run, *plan, *handOff) bool               { return true }
-
-// acquire is Acquire after validation: the plan of cfg's kind.
-func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
-	keys := append([]string(nil), resources...) // the caller may reuse theirs
-	k := kindFor(cfg)
-	p := k.acquire(keys, ttl, cfg)
-	p.handTag = tagOf(cfg, ttl)
-	return r.grant(ctx, cfg, k, p)
-}

@@ -169,26 +169,6 @@ func (lf *lockLife) endExtend(cut int64) {
 	}
 }
 
-// startRelease marks lock's release started, and hands the lock over when
-// it may (see handOver): with no extension in flight, and no release sent
-// before (its deletes may still land). before reports that another Release
-// of the lock handed it over already: this one must send nothing, as the
-// value is the new holder's.
-func (r *Redlock) startRelease(lock *Lock, cfg *config) (handed, before bool) {
-	lf := lock.life
-	lf.mu.Lock()
-	defer lf.mu.Unlock()
-	if lf.handed {
-		return false, true
-	}
-	again := lf.releasing.Swap(true)
-	if lf.extends > 0 || again || lf.released.Load() || !r.handOver(lock, cfg) {
-		return false, false
-	}
-	lf.handed = true
-	return true, false
-}
-
 // extendedTo records a new handle's expiration.
 func (lf *lockLife) extendedTo(t time.Time) {
 	for {

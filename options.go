@@ -117,6 +117,13 @@ func defaultConfig() config {
 	}
 }
 
+// The default bound of a chain of in-process hand-overs (WithHandOver).
+const (
+	defaultHandOver       = 16
+	defaultHandOverWindow = 100 * time.Millisecond
+	maxHandOver           = 1 << 20
+)
+
 // maxPermits bounds WithPermits: each acquire reads every permit key of
 // its resources on every node.
 const maxPermits = 1024
@@ -128,69 +135,6 @@ const (
 	minNodeTimeout = time.Millisecond
 	maxDuration    = 24 * time.Hour
 )
-
-// validate reports the first setting that is out of range.
-func (c *config) validate() error {
-	switch {
-	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also catches NaN
-		return invalid("drift factor %v is outside [0, 1) (WithDriftFactor)", c.driftFactor)
-	case c.retryCount < -1:
-		return invalid("retry count %d is below -1 (WithRetryCount: 0 tries once, -1 retries until ctx ends)", c.retryCount)
-	case c.retryDelay < 0 || c.retryDelay > maxDuration:
-		return invalid("retry delay %v is outside [0, %v] (WithRetryDelay)", c.retryDelay, maxDuration)
-	case c.retryJitter < 0 || c.retryJitter > maxDuration:
-		return invalid("retry jitter %v is outside [0, %v] (WithRetryJitter)", c.retryJitter, maxDuration)
-	case c.extensionThreshold < 0 || c.extensionThreshold > maxDuration:
-		return invalid("automatic extension threshold %v is outside [0, %v] (WithAutomaticExtensionThreshold)", c.extensionThreshold, maxDuration)
-	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
-		return invalid("node timeout %v is outside [%v, %v] (WithNodeTimeout)", c.nodeTimeout, minNodeTimeout, maxDuration)
-	case c.permits < 1 || c.permits > maxPermits:
-		return invalid("%d permits is outside [1, %d] (WithPermits; 1 is the exclusive lock)", c.permits, maxPermits)
-	}
-	if err := c.shapeError(); err != nil {
-		return err
-	}
-	if a := c.ack; a != nil {
-		name := "WithReplicaAck"
-		if a.AOF {
-			name = "WithAOFAck"
-		}
-		switch {
-		case a.Replicas < 0:
-			return invalid("%d replicas is negative (%s)", a.Replicas, name)
-		case a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0:
-			return invalid("replica wait %v is not a positive whole number of milliseconds (%s)", a.Timeout, name)
-		case 2*a.Timeout >= c.nodeTimeout:
-			return invalid("replica wait %v is not below half the node timeout %v: a node that must be sent the scripts again "+
-				"(after a restart) waits twice, and would be given up on; lower the wait in %s or raise WithNodeTimeout", a.Timeout, c.nodeTimeout, name)
-		}
-	}
-	return nil
-}
-
-// with returns a copy of c with opts applied and validated. Without options
-// it returns c itself, so the common call allocates nothing here.
-func with[O Option](c *config, opts []O) (*config, error) {
-	if len(opts) == 0 {
-		return c, nil
-	}
-	cc := *c
-	cc.given = 0
-	apply(&cc, opts)
-	if err := cc.validate(); err != nil {
-		return nil, err
-	}
-	return &cc, nil
-}
-
-// apply applies opts to c, skipping nil ones.
-func apply[O Option](c *config, opts []O) {
-	for _, o := range opts {
-		if any(o) != nil {
-			o.apply(c)
-		}
-	}
-}
 
 // WithDriftFactor sets the fraction of the ttl that is taken off a lock's
 // validity for clock drift between nodes; 2 ms are taken off as well. It must

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
 )
 
@@ -79,6 +80,15 @@ func (p *plan) hook() hooks {
 		return noHooks{}
 	}
 	return p.hooks
+}
+
+// handTag is what a waiter and a holder must share for a hand-over: the
+// same ttl, whether the lock carries a token, and acknowledgement.
+type handTag struct {
+	ttl   time.Duration
+	token bool
+	ack   lane.Ack
+	acked bool
 }
 
 // pastUntil says how an operation on an existing lock treats its expiration.

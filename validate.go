@@ -122,6 +122,11 @@ func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
 	return nil
 }
 
+// electionPrefix starts the key of every election's lock: a namespace
+// refused to other calls, so that only a candidate holds it (and a term is
+// handed over to no one else).
+const electionPrefix = "redlock:election:"
+
 // reservedPrefix returns the namespace of redlock's own keys that res is
 // in (the locks and leader records of elections, the permits of
 // semaphores, the readers of shared locks, the fair queues), or "".
