@@ -77,6 +77,7 @@ type given uint8
 const (
 	givenHandOver given = 1 << iota
 	givenThreshold
+	givenDrift
 )
 
 // config holds every setting. It is copied, never shared for writing: the
@@ -138,9 +139,10 @@ const (
 
 // WithDriftFactor sets the fraction of the ttl that is taken off a lock's
 // validity for clock drift between nodes; 2 ms are taken off as well. It must
-// be in [0, 1). Default: 0.01.
+// be in [0, 1). A Release, which writes no ttl, reports it as an invalid
+// argument (and releases all the same). Default: 0.01.
 func WithDriftFactor(f float64) CallOption {
-	return func(c *config) { c.driftFactor = f }
+	return func(c *config) { c.driftFactor, c.given = f, c.given|givenDrift }
 }
 
 // WithRetryCount sets how many times a failed attempt is retried: 0 means a

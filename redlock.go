@@ -246,12 +246,15 @@ func (r *Redlock) release(ctx context.Context, lock *Lock, opts []ReleaseOption,
 		return nil, err
 	}
 	cfg, err := with(lock.cfg, opts)
+	if err == nil && len(opts) > 0 && cfg.given&givenDrift != 0 {
+		err = invalid("WithDriftFactor given to Release, which writes no ttl: drop it")
+	}
 	if err != nil {
 		// Release never refuses a lock it holds: it goes on with every
 		// option that is valid on its own, and says what was wrong.
 		cfg = lock.cfg
 		for _, o := range opts {
-			if c, e := with(cfg, []ReleaseOption{o}); e == nil {
+			if c, e := with(cfg, []ReleaseOption{o}); e == nil && c.given&givenDrift == 0 {
 				cfg = c
 			}
 		}
