@@ -199,7 +199,7 @@ func TestReleaseWithABadOption(t *testing.T) {
 	ctx := context.Background()
 	for name, o := range map[string]redlock.ReleaseOption{
 		"node timeout 0": redlock.WithNodeTimeout(0), "retry count -2": redlock.WithRetryCount(-2),
-		"hand-over window 0": redlock.WithHandOver(4, 0),
+		"hand-over window 0":                  redlock.WithHandOver(4, 0),
 		"drift, which a release does not use": redlock.WithDriftFactor(0.1),
 	} {
 		l, err := f.rl.Acquire(ctx, []string{"bad-release"}, 10*time.Second)
