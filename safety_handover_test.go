@@ -160,9 +160,10 @@ func (w *handWitness) leave(keys []int, me *handHolder) bool {
 	return bad
 }
 
-// token reports whether tok, of the holder who, granted at entered (its
-// write-back landed before), is at or below a token that entered keys
-// before, and describes that one and when it was granted.
+// token reports whether tok, of the holder who, granted no earlier than
+// entered (no node took its write-back before), is at or below a token
+// that entered keys before, and describes that one and when it was
+// granted.
 func (w *handWitness) token(keys []int, tok uint64, who string, entered time.Time) (low bool, above string, at time.Time) {
 	for _, k := range keys {
 		for {
@@ -402,6 +403,17 @@ func (hw *handWorkers) pause(rng *rand.Rand) time.Duration {
 	return safetyTTL/5 + time.Duration(rng.Int64N(int64(safetyTTL)))
 }
 
+// grantedSince is the earliest time l's token can have been written to a
+// node: the start of its winning attempt (its write-back follows), or,
+// for a lock handed over (no attempt of its own), begin, the start of its
+// wait. A node killed after that may have taken the token's write-back.
+func grantedSince(l *redlock.Lock, begin time.Time) time.Time {
+	if a := l.Attempts(); len(a) > 0 {
+		return a[len(a)-1].Start
+	}
+	return begin
+}
+
 func handResources(keys []int) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
@@ -440,7 +452,7 @@ func (hw *handWorkers) plain(p *handProc, g int, rl *redlock.Redlock, keys []int
 	me := &handHolder{valid: l.Valid}
 	bad := hw.w.enter(keys, me)
 	tokenBad := l.Token() != 0 && hw.fenced(keys, l.Token(), l.Valid(), fmt.Sprintf("%s/%d (Acquire returned %v before; expires %s)", p.name, g, time.Since(got),
-		l.Expiration().Format("15:04:05.000000")), got, hs)
+		l.Expiration().Format("15:04:05.000000")), grantedSince(l, begin), hs)
 	// A grant with the value of the holder that released last was handed
 	// over by it, and expires when that holder's lock would have.
 	received, longer := false, false
@@ -514,7 +526,7 @@ func (hw *handWorkers) using(p *handProc, g int, rl *redlock.Redlock, keys []int
 		me := &handHolder{valid: func() bool { return fctx.Err() == nil }}
 		bad = hw.w.enter(keys, me)
 		if tok, ok := redlock.TokenFrom(fctx); ok && tok != 0 {
-			tokenBad = hw.fenced(keys, tok, fctx.Err() == nil, fmt.Sprintf("%s/%d (Using)", p.name, g), time.Now(), hs)
+			tokenBad = hw.fenced(keys, tok, fctx.Err() == nil, fmt.Sprintf("%s/%d (Using)", p.name, g), begin, hs) // granted within its wait
 		}
 		t := time.NewTimer(time.Duration(200+rng.IntN(500))*time.Microsecond + paused)
 		select {

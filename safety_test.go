@@ -346,14 +346,14 @@ func TestSafety(t *testing.T) {
 								if !topToken[k].CompareAndSwap(top, tok) {
 									continue
 								}
-								topAt[k].Store(begin.Add(took).UnixNano())
+								topAt[k].Store(grantedSince(lock, begin).UnixNano())
 							} else {
 								tokenViolation = true
 							}
 							break
 						}
 						if topToken[k].CompareAndSwap(top, tok) {
-							topAt[k].Store(begin.Add(took).UnixNano()) // its write-back landed before
+							topAt[k].Store(grantedSince(lock, begin).UnixNano()) // no node took its write-back before
 							break
 						}
 					}
