@@ -112,7 +112,9 @@ type harness struct {
 // while the node is down).
 type nodeLoss struct{ killed, restarted int64 }
 
-// killed records a node's kill, now; restarted(l) records its restart.
+// killed records a node's kill, now; restarted(l) records its restart,
+// called as it begins (the node may vote before Restart returns, which
+// waits for it: a CI run saw a vote 90ms before that).
 func (h *harness) killed() *nodeLoss {
 	l := &nodeLoss{killed: time.Now().UnixNano()}
 	h.killsMu.Lock()
@@ -168,8 +170,8 @@ func (h *harness) restartAfter(nd *redistest.Node, d time.Duration) {
 	go func() {
 		defer close(h.restart)
 		time.Sleep(d)
+		h.restarted(l) // before: the node answers before Restart returns
 		nd.Restart()
-		h.restarted(l)
 	}()
 }
 
@@ -186,8 +188,8 @@ func (h *harness) rollingRestart(down time.Duration) {
 			nd.Kill()
 			l := h.killed()
 			time.Sleep(down)
+			h.restarted(l) // before: the node answers before Restart returns
 			nd.Restart()
-			h.restarted(l)
 			time.Sleep(150 * time.Millisecond)
 		}
 	}()
