@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"math"
 	mrand "math/rand/v2"
@@ -158,7 +156,7 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	q := c.r.needed()
 	if p.freshValue {
 		// A fresh slice: the previous attempt's calls may still read theirs.
-		c.o.value = randomValue()
+		c.o.value = c.cfg.newValue()
 		c.args = make([]any, len(p.args))
 		c.args[0] = c.o.value
 		copy(c.args[1:], p.args[1:])
@@ -362,9 +360,6 @@ func retryDelay(cfg *config) time.Duration {
 // valueLen is the length of a lock's value.
 const valueLen = 32
 
-// randomValue returns valueLen random hex characters, unique to one lock.
-func randomValue() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
+// randomValue returns valueLen random hex characters, unique to one lock
+// (a value that records no identity).
+func randomValue() string { return (&config{}).newValue() }

@@ -7,3 +7,9 @@ func QueuedWaiters(r *Redlock, resources []string) int { return r.wake.Queued(re
 
 // ShardedChannel is where a Cluster announces the release of key.
 func ShardedChannel(key string) string { return shardedChannel(key) }
+
+// ValueWithIdentity is a new lock value that records identity id.
+func ValueWithIdentity(id string) string { return (&config{idSuffix: identitySuffix(id)}).newValue() }
+
+// DefaultIdentity is the identity a lock records when WithIdentity is not given.
+func DefaultIdentity() string { return defaultIdentity() }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
@@ -87,7 +88,7 @@ type fairKind struct{ member string }
 // (see internal/script's fair.go).
 func (fairKind) acquire(resources []string, ttl time.Duration, cfg *config) *plan {
 	p := acquirePlan(resources, ttl)
-	id := randomValue()
+	id := cfg.newValue()
 	fc := &fairCall{member: id + ":" + strconv.FormatInt(int64(ttl/time.Millisecond), 10), live: fairLive(cfg)}
 	p.s, p.keys, p.hooks = script.FairAcquire, fairKeys(resources), fc
 	p.args = []any{nil, int64(ttl / time.Millisecond), fc.member, time.Now().UnixMilli(), fc.live.Milliseconds(), id}
@@ -145,7 +146,7 @@ func (fc *fairCall) pause(d time.Duration) (time.Duration, bool) { return min(d,
 func (fc *fairCall) gaveUp(c *run, p *plan) { c.r.leave(c.ctx, c.cfg, p, fc.member) }
 
 // queueID is the id of the waiter whose place in the queues is member.
-func queueID(member string) string { return member[:valueLen] }
+func queueID(member string) string { return member[:strings.LastIndexByte(member, ':')] }
 
 // fairExtendPlan extends a lock of the fair queue: its resources hold its
 // value, or its waiter's id (handed to it).

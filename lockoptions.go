@@ -231,6 +231,9 @@ func (c *config) validate() error {
 	if err := c.shapeError(); err != nil {
 		return err
 	}
+	if err := identityError(c.identity); err != nil {
+		return err
+	}
 	if a := c.ack; a != nil {
 		name := "WithReplicaAck"
 		if a.AOF {

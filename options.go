@@ -99,6 +99,8 @@ type config struct {
 	fair               bool          // WithFairQueue
 	ack                *lane.Ack     // WithReplicaAck, WithAOFAck; nil: none
 	observer           *Observer     // WithObserver; nil: none
+	identity           string        // WithIdentity
+	idSuffix           string        // identitySuffix(identity): what follows each value's random part
 	given              given         // the options of the last with (or New) that set these bits
 }
 
@@ -115,6 +117,8 @@ func defaultConfig() config {
 		permits:            1,
 		handOver:           defaultHandOver,
 		handOverWindow:     defaultHandOverWindow,
+		identity:           defaultIdentity(),
+		idSuffix:           identitySuffix(defaultIdentity()),
 	}
 }
 

@@ -5,7 +5,8 @@ package script
 //
 // KEYS are the resources, then their queues, then their queues' deadlines
 // (3 per resource). A queue is a sorted set of waiters, each "id:ttl" (its
-// id, 32 hex characters, and the ttl in ms it asks for), scored by the time
+// id: 32 hex characters, then its holder's identity with no ':'; and the
+// ttl in ms it asks for), scored by the time
 // the waiter began waiting, on its own clock (ARGV): every node orders two
 // waiters the same way (by score, then id), so every node agrees on the
 // head of those it has. The deadlines are a sorted set of the same
@@ -63,6 +64,7 @@ for i = 1, n do
   local key, q = KEYS[i], KEYS[n + i]
   purge(q, KEYS[2 * n + i])
   local v = redis.call("get", key)
+  if v == "` + Tombstone + `" then v = false end -- force-released: free
   if v then
     if v ~= ARGV[1] and v ~= ARGV[6] then` + writerWaits + `held = true end
   else
@@ -111,12 +113,12 @@ for i = 1, n do
     purge(q, d)
     local head = redis.call("zrange", q, 0, 0)[1]
     if head then
-      local id, ttl = string.sub(head, 1, 32), string.sub(head, 34)
+      local id, ttl = string.match(head, "^(.*):(%d+)$")
       redis.call("set", key, id, "PX", ttl)
       redis.pcall(ARGV[4], ARGV[4 + i], "` + HandedPrefix + `" .. id .. ":" .. now .. ":" .. key) -- a node without pub/sub still releases
     else
       redis.call("del", key)
-      redis.pcall(ARGV[4], ARGV[4 + i], ARGV[1] .. key)
+      redis.pcall(ARGV[4], ARGV[4 + i], string.sub(ARGV[1], 1, 32) .. key)
     end
     count = count + 1
   end

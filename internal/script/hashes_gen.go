@@ -6,24 +6,26 @@ package script
 // as EVALSHA names it (see hashes.go).
 var hashes = map[uint64]string{
 	0x7dab9cd752d3bb63: "b66264c80974b66ddc0a20acd55dcda40fea432c", // FairExtend
-	0x4d55f46dc3f23a45: "b22e3a7ff3b896c9a6b688d81611658d149fb3ed", // FairAcquire
-	0x354ab468d2f873a7: "e42fe71562ac87a367f75b7c77fe12a4b5880e19", // FairRelease
-	0x69989f8ff8e9b259: "67d771354805a25783cf3f4a2c0e5a135e892873", // Acquire
+	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
+	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
+	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
+	0x9351136853e53c35: "4dbb634554cd12b467a8c170a48b90f1e796ed39", // Force
+	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
 	0x8a8aac57a0fb7837: "56582456bb9065c7c9c6ff730e66f1535b35e055", // Extend
-	0xd422da5fa911fc71: "0b06bdc2639faf23422daf5c8f14ccda2c3703a8", // Release
-	0x4463467bdb8821bb: "3c411b771f42c7ff3e20473d13d1a4a2386fb6f1", // ReleaseSharded
+	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release
+	0x42264b585b7230db: "b18daa9eed5fb1c36f57c2a5bea02ae43f0fd3d0", // ReleaseSharded
 	0x77b13845d414a0fe: "17d2ce357f40d78d5ea533e09fecb1f4d2a03f0d", // Cleanup
-	0x4a820fa0396ad249: "01a4776ccbc1f070db15944f0493fa37e003354c", // FencedAcquire
+	0x8cc2040644fd3844: "36908a1acfc4ba7d2c2a9f3371c03f4dfc89b400", // FencedAcquire
 	0x3797d277c5d53de7: "e3f30183cc561e59162dd0c43f42ed01f9cbfe16", // WriteBack
 	0x1c225e4a71bb167e: "3ca9365a3c3568c513d24182db40da5f97236a8c", // FencedExtend
 	0xd70e792497beb6c3: "a199d5f428850877ad159a7d7ca1e13258334b3c", // ElectExtend
 	0x3b6c89eddf228302: "288fa55b1f5e6d7b0d12bdbfb3cc2a74816f6ace", // Leader
-	0x5aaf05cd7af354d0: "aeb7f565accd2eae1f545ba1286e54019862c03b", // PermitAcquire
+	0x57d3039635a6e7ff: "46e2c1af8f4434e52c95ac14cadbd37b03edee68", // PermitAcquire
 	0x9f3a21aeea2dd53d: "e1127ba8fb09068972d877b30b2d7e3a0d9e7718", // PermitExtend
-	0x2a27d3e0fcaeb38b: "bec6a8560ecf502c6eef7de934511c354e09db9b", // PermitRelease
-	0x90770683f015bfb6: "bceeb6f3f55fd584bb6dab46e455d0b0ae547aee", // PermitCleanup
-	0x171d321904e6e157: "b8aace803453326e03627a3351091bda959850e4", // SharedAcquire
-	0x425431ca1bc3eb50: "50937b650075625ebebbd01e53875683e7e1a230", // SharedExtend
-	0x51832a9ea57dca41: "4e6a4daf6623f826620c8345d2f2ff0a03e15eee", // SharedRelease
-	0xd3dc52d1370e6c87: "a11468e07a4a5b812f4c252cd0444f0814b48700", // SharedCleanup
+	0x2bd001abb5fad7a7: "fd9567bd28bc068f976cfd3de71893f3728168b8", // PermitRelease
+	0x1eeca182f3f2a61b: "2eb55a6afff77971313a6ff912f25bfeb7be1fad", // PermitCleanup
+	0x8785e3c5303b44be: "9d88088dde9480fe03a86082c6b040bd1ee8b03c", // SharedAcquire
+	0xa41738d088bed23a: "315b89cc329e8a7a317a197e85fd0dba128e4482", // SharedExtend
+	0x76d17561cbd2815f: "93e84694a01707b777bad6c8004cd5862ee69831", // SharedRelease
+	0xeea96e38e0970bde: "4e1fd0c9028a22a1a21fb39b861db259f35edb94", // SharedCleanup
 }

@@ -13,6 +13,8 @@ var generated = map[string]*Script{
 	"FairRelease":    FairRelease,
 	"FencedAcquire":  FencedAcquire,
 	"FencedExtend":   FencedExtend,
+	"Force":          Force,
+	"Inspect":        Inspect,
 	"Leader":         Leader,
 	"PermitAcquire":  PermitAcquire,
 	"PermitCleanup":  PermitCleanup,

@@ -65,7 +65,7 @@ const (
 local held = false
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] then` + writerWaits + `held = true end
+  if v and v ~= ARGV[1] and v ~= "` + Tombstone + `" then` + writerWaits + `held = true end
 end
 if held then return 0 end
 for _, key in ipairs(KEYS) do
@@ -102,7 +102,7 @@ local count = 0
 for _, key in ipairs(KEYS) do
   if redis.call("get", key) == ARGV[1] then
     redis.call("del", key)
-    redis.pcall("publish", "` + ReleasedChannel + `", ARGV[1] .. key) -- a node without pub/sub still releases
+    redis.pcall("publish", "` + ReleasedChannel + `", string.sub(ARGV[1], 1, 32) .. key) -- a node without pub/sub still releases
     count = count + 1
   end
 end
@@ -136,7 +136,7 @@ local held = false
 for i = 1, n do
   local key = KEYS[i]
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] then` + writerWaits + `held = true end
+  if v and v ~= ARGV[1] and v ~= "` + Tombstone + `" then` + writerWaits + `held = true end
 end
 if held then return {0, 0} end
 local top = 0
@@ -217,7 +217,7 @@ local count = 0
 for i, key in ipairs(KEYS) do
   if redis.call("get", key) == ARGV[1] then
     redis.call("del", key)
-    redis.pcall("spublish", ARGV[i + 1], ARGV[1] .. key) -- Redis < 7 still releases
+    redis.pcall("spublish", ARGV[i + 1], string.sub(ARGV[1], 1, 32) .. key) -- Redis < 7 still releases
     count = count + 1
   end
 end
@@ -451,6 +451,7 @@ local picks = {}
 for r = 0, m - 1 do
   local b = r * (n + 1)
   local v = redis.call("get", KEYS[b + 1])
+  if v == "` + Tombstone + `" then v = false end
   if v and v ~= marker then
     if string.sub(v, 1, 16) == "` + PermitsMarker + `" then
       return redis.error_reply("` + MixedKinds + `" .. KEYS[b + 1] .. " is a semaphore of " .. string.sub(v, 17) .. " permits, not " .. ARGV[3])
@@ -467,7 +468,8 @@ for r = 0, m - 1 do
   if pick == 0 then
     for j = 0, n - 1 do
       local i = (start + j) % n + 1
-      if redis.call("exists", KEYS[b + 1 + i]) == 0 then pick = i break end
+      local pv = redis.call("get", KEYS[b + 1 + i])
+      if not pv or pv == "` + Tombstone + `" then pick = i break end
     end
   end
   if pick == 0 then return {0} end
@@ -477,7 +479,7 @@ local ttl = tonumber(ARGV[2])
 for r = 0, m - 1 do
   local b = r * (n + 1)
   redis.call("set", KEYS[b + 1 + picks[r + 1]], ARGV[1], "PX", ttl)
-  if redis.call("pttl", KEYS[b + 1]) < ttl then redis.call("set", KEYS[b + 1], marker, "PX", ttl) end
+  if redis.call("get", KEYS[b + 1]) ~= marker or redis.call("pttl", KEYS[b + 1]) < ttl then redis.call("set", KEYS[b + 1], marker, "PX", ttl) end
 end
 local out = {m}
 for r = 1, m do out[r + 1] = picks[r] end
@@ -527,12 +529,13 @@ for r = 0, m - 1 do
   local key = KEYS[b + 1 + tonumber(ARGV[3 + r])]
   if redis.call("get", key) == ARGV[1] then
     redis.call("del", key)
-    redis.pcall(ARGV[3 + m], ARGV[4 + m + r], ARGV[1] .. KEYS[b + 1]) -- a node without pub/sub still releases
+    redis.pcall(ARGV[3 + m], ARGV[4 + m + r], string.sub(ARGV[1], 1, 32) .. KEYS[b + 1]) -- a node without pub/sub still releases
     count = count + 1
   end
   local left = false
   for i = 1, n do
-    if redis.call("exists", KEYS[b + 1 + i]) == 1 then left = true break end
+    local pv = redis.call("get", KEYS[b + 1 + i])
+    if pv and pv ~= "` + Tombstone + `" then left = true break end
   end
   if not left and redis.call("get", KEYS[b + 1]) == "` + PermitsMarker + `" .. ARGV[2] then redis.call("del", KEYS[b + 1]) end
 end
@@ -554,7 +557,7 @@ for r = 0, m - 1 do
     if v == ARGV[1] then
       redis.call("del", KEYS[b + 1 + i])
       count = count + 1
-    elseif v then
+    elseif v and v ~= "` + Tombstone + `" then
       left = true
     end
   end
@@ -573,7 +576,7 @@ return count
 	sharedAcquireSrc = nowLua + `
 for i = 1, #KEYS, 2 do
   local v = redis.call("get", KEYS[i])
-  if v and v ~= "` + SharedMarker + `" then
+  if v and v ~= "` + SharedMarker + `" and v ~= "` + Tombstone + `" then
     if string.sub(v, 1, 16) == "` + PermitsMarker + `" then
       return redis.error_reply("` + MixedKinds + `" .. KEYS[i] .. " is a semaphore of " .. string.sub(v, 17) .. " permits, not a shared lock")
     end
@@ -584,7 +587,8 @@ for i = 1, #KEYS, 2 do
 end
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS, 2 do
-  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
+  redis.call("zremrangebyscore", KEYS[i + 1], 0, now)
+  redis.call("zremrangebyscore", KEYS[i + 1], -now, "(0")
   redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
   if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
   local pt = redis.call("pttl", KEYS[i])
@@ -605,6 +609,8 @@ return #KEYS / 2
 for i = 1, #KEYS, 2 do
   local v = redis.call("get", KEYS[i])
   if v and string.sub(v, 1, 14) ~= "` + SharedMarker + `" then return 0 end
+  local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
+  if s and tonumber(s) < 0 then return 0 end -- force-released (a tombstone)
 end
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS, 2 do
@@ -630,16 +636,17 @@ local m = #KEYS / 2
 local count = 0
 for i = 1, #KEYS, 2 do
   local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
-  if s then
+  if s and tonumber(s) > 0 then
     redis.call("zrem", KEYS[i + 1], ARGV[1])
     if tonumber(s) > now then count = count + 1 end
   end
-  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
-  if redis.call("zcard", KEYS[i + 1]) == 0 then
+  redis.call("zremrangebyscore", KEYS[i + 1], 0, now)
+  redis.call("zremrangebyscore", KEYS[i + 1], -now, "(0")
+  if redis.call("zcount", KEYS[i + 1], "(0", "+inf") == 0 then
     local v = redis.call("get", KEYS[i])
     if v and string.sub(v, 1, 14) == "` + SharedMarker + `" then
       redis.call("del", KEYS[i])
-      redis.pcall(ARGV[2], ARGV[3 + (i - 1) / 2], ARGV[1] .. KEYS[i])
+      redis.pcall(ARGV[2], ARGV[3 + (i - 1) / 2], string.sub(ARGV[1], 1, 32) .. KEYS[i])
     end
   end
 end
@@ -652,8 +659,9 @@ return count
 local count = 0
 for i = 1, #KEYS, 2 do
   if redis.call("zrem", KEYS[i + 1], ARGV[1]) == 1 then count = count + 1 end
-  redis.call("zremrangebyscore", KEYS[i + 1], "-inf", now)
-  if redis.call("zcard", KEYS[i + 1]) == 0 then
+  redis.call("zremrangebyscore", KEYS[i + 1], 0, now)
+  redis.call("zremrangebyscore", KEYS[i + 1], -now, "(0")
+  if redis.call("zcount", KEYS[i + 1], "(0", "+inf") == 0 then
     local v = redis.call("get", KEYS[i])
     if v and string.sub(v, 1, 14) == "` + SharedMarker + `" then redis.call("del", KEYS[i]) end
   end

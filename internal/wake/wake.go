@@ -46,8 +46,10 @@ type Nodes interface {
 
 // New returns a Waker that opens nodes' subscriptions when the first waiter
 // comes. An announcement's payload is a value of valueLen bytes, then the
-// released resource; or handed, then the id (valueLen bytes) of the waiter
-// the resource was handed to, then the resource.
+// released resource (a longer value is announced by its first valueLen
+// bytes); or handed, then the id of the waiter the resource was handed to
+// (at least valueLen bytes, with no ':'), ":", the node's time in ms, ":",
+// then the resource.
 func New(nodes Nodes, valueLen int, handed string) *Waker {
 	return &Waker{nodes: nodes, skip: valueLen, handed: handed}
 }
@@ -403,14 +405,11 @@ func closeAll(subs []*redis.PubSub) {
 func (w *Waker) notify(payload string, node int) {
 	if h := len(w.handed); h > 0 && strings.HasPrefix(payload, w.handed) {
 		// Handed to a waiter: only it can take the resource.
-		if len(payload) <= h+w.skip {
-			return
-		}
-		id, rest := payload[h:h+w.skip], payload[h+w.skip:]
-		// ":" + the node's time in ms + ":" + the resource.
-		ms, key, ok := strings.Cut(strings.TrimPrefix(rest, ":"), ":")
+		// The id (with no ':') + ":" + the node's time in ms + ":" + the resource.
+		id, rest, ok1 := strings.Cut(payload[h:], ":")
+		ms, key, ok2 := strings.Cut(rest, ":")
 		at, err := strconv.ParseInt(ms, 10, 64)
-		if !ok || err != nil || !strings.HasPrefix(rest, ":") {
+		if !ok1 || !ok2 || err != nil || len(id) < w.skip {
 			return
 		}
 		w.mu.Lock()

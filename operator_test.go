@@ -1,0 +1,362 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// The operator's view: Inspect from another process's Redlock shows each
+// kind's holders with their identities, and ForceRelease takes a resource
+// back for good.
+
+const job = "job 7: nightly:backup % ü"
+
+// inspect is Inspect from a Redlock of another process over f's nodes.
+func inspect(t *testing.T, f *fixture, resource string) redlock.Inspection {
+	t.Helper()
+	other, _ := ownRedlock(t, f, direct)
+	in, err := other.Inspect(context.Background(), resource)
+	require.NoError(t, err)
+	return in
+}
+
+func TestInspectEveryKind(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithIdentity(job))
+	ctx := context.Background()
+
+	t.Run("free", func(t *testing.T) {
+		in := inspect(t, f, "nothing")
+		assert.Equal(t, redlock.Free, in.State)
+		assert.Equal(t, redlock.KindNone, in.Kind)
+		assert.Empty(t, in.Holders)
+		assert.Equal(t, 3, in.Answered)
+	})
+
+	t.Run("fenced lock", func(t *testing.T) {
+		l, err := f.rl.Acquire(ctx, []string{"plain"}, time.Minute, redlock.WithFencing(true))
+		require.NoError(t, err)
+		in := inspect(t, f, "plain")
+		assert.Equal(t, redlock.Held, in.State)
+		assert.Equal(t, redlock.KindLock, in.Kind)
+		require.Len(t, in.Holders, 1)
+		h := in.Holders[0]
+		assert.Equal(t, l.Value(), h.Value)
+		assert.Equal(t, job, h.Identity, "the identity, as given")
+		assert.Equal(t, 3, h.Nodes)
+		assert.True(t, h.OnQuorum)
+		assert.Equal(t, l.Token(), h.Token)
+		assert.Equal(t, l.Token(), in.Counter)
+		assert.Greater(t, h.TTL, 50*time.Second)
+		assert.LessOrEqual(t, h.TTL, time.Minute)
+	})
+
+	t.Run("semaphore", func(t *testing.T) {
+		var locks []*redlock.Lock
+		for range 2 {
+			l, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithPermits(3))
+			require.NoError(t, err)
+			locks = append(locks, l)
+		}
+		in := inspect(t, f, "pool")
+		assert.Equal(t, redlock.KindSemaphore, in.Kind, "found without being told WithPermits")
+		assert.Equal(t, redlock.Held, in.State)
+		assert.Equal(t, 3, in.Permits)
+		assert.Equal(t, 2, in.InUse, "permits in use")
+		require.Len(t, in.Holders, 2)
+		permits := map[int]bool{}
+		for _, h := range in.Holders {
+			assert.Contains(t, []string{locks[0].Value(), locks[1].Value()}, h.Value)
+			assert.Equal(t, job, h.Identity)
+			assert.True(t, h.OnQuorum)
+			permits[h.Permit] = true
+		}
+		assert.Len(t, permits, 2, "two permits, each held once")
+	})
+
+	t.Run("shared with a writer waiting", func(t *testing.T) {
+		for range 2 {
+			_, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Minute, redlock.WithShared(true))
+			require.NoError(t, err)
+		}
+		_, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Minute, redlock.WithRetryCount(0))
+		require.ErrorIs(t, err, redlock.ErrResourceLocked)
+		in := inspect(t, f, "cfg")
+		assert.Equal(t, redlock.KindShared, in.Kind)
+		assert.Equal(t, redlock.Held, in.State)
+		assert.Equal(t, 2, in.InUse, "readers")
+		assert.Len(t, in.Holders, 2)
+		assert.True(t, in.WriterWaiting, "the exclusive attempt marked it")
+	})
+
+	t.Run("fair queue", func(t *testing.T) {
+		l, err := f.rl.Acquire(ctx, []string{"fifo"}, time.Minute, redlock.WithFairQueue(true))
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i := range 2 {
+			other, _ := ownRedlock(t, f, direct, redlock.WithFairQueue(true), redlock.WithIdentity("waiter "+string(rune('A'+i))))
+			spawn(&wg, func() {
+				_, _ = other.Acquire(wctx, []string{"fifo"}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+			})
+			queuedOnNodes(t, f, "fifo", int64(i+1))
+		}
+		in := inspect(t, f, "fifo")
+		assert.Equal(t, redlock.KindLock, in.Kind)
+		assert.Equal(t, l.Value(), in.Holders[0].Value)
+		require.Len(t, in.Waiters, 2)
+		assert.Equal(t, "waiter A", in.Waiters[0].Identity, "head first")
+		assert.Equal(t, "waiter B", in.Waiters[1].Identity)
+		assert.Equal(t, 3, in.Waiters[0].Nodes)
+		cancel()
+		wg.Wait()
+	})
+
+	t.Run("election", func(t *testing.T) {
+		term, err := f.rl.Election("jobs").Campaign(ctx, "candidate-1", time.Minute)
+		require.NoError(t, err)
+		defer func() { _ = term.Resign(ctx) }()
+		require.Eventually(t, func() bool { return inspect(t, f, "redlock:election:jobs").Term == term.Number() }, 5*time.Second, 10*time.Millisecond)
+		in := inspect(t, f, "redlock:election:jobs")
+		assert.Equal(t, redlock.KindElection, in.Kind)
+		assert.Equal(t, "candidate-1", in.Leader)
+		require.Len(t, in.Holders, 1)
+		assert.Equal(t, job, in.Holders[0].Identity)
+		assert.Equal(t, term.Number(), in.Holders[0].Token)
+	})
+}
+
+// A node that does not answer makes the verdict unknown where it matters,
+// never free.
+func TestInspectUnknownIsNeverFree(t *testing.T) {
+	f := newProxied(t, 3)
+	ctx := context.Background()
+	_, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
+	require.NoError(t, err)
+	f.Proxies[0].Set(redistest.Hang)
+	in, err := f.rl.Inspect(ctx, "x")
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Held, in.State, "two of three hold it: held whatever the third says")
+	assert.Equal(t, 2, in.Answered)
+	require.Len(t, in.Errors, 1)
+	var ne *redlock.NodeError
+	require.ErrorAs(t, in.Errors[0], &ne)
+	assert.Equal(t, 0, ne.Node)
+
+	f.Proxies[1].Set(redistest.Hang)
+	in, err = f.rl.Inspect(ctx, "x")
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Unknown, in.State, "one node holds it, two could say anything")
+	in, err = f.rl.Inspect(ctx, "free")
+	require.NoError(t, err)
+	assert.Equal(t, redlock.Unknown, in.State, "a free resource is unknown when two of three do not answer")
+	f.Proxies[1].Heal()
+	require.Eventually(t, func() bool {
+		in, err = f.rl.Inspect(ctx, "free")
+		return err == nil && in.Answered == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, redlock.Free, in.State, "one silent node cannot make a quorum")
+}
+
+// ForceRelease wakes a waiter whose retry delay is seconds: it gets the
+// lock within a second.
+func TestForceReleaseWakesAWaiter(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	old, err := f.rl.Acquire(ctx, []string{"job"}, 2*time.Hour)
+	require.NoError(t, err)
+	waiter, _ := ownRedlock(t, f, direct)
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, []string{"job"}, time.Minute, redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			_, _ = l.Release(ctx)
+		}
+	}()
+	queued(t, waiter, "job", 1, f.Peek...)
+	operator, _ := ownRedlock(t, f, direct)
+	start := time.Now()
+	require.NoError(t, operator.ForceRelease(ctx, "job"))
+	select {
+	case at := <-got:
+		t.Logf("the waiter (retry delay 5s) had the lock %v after ForceRelease", at.Sub(start))
+		assert.Less(t, at.Sub(start), time.Second, "woken by the release, not by its retry")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+	_, err = old.Release(ctx)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired, "the old holder's release finds nothing of its own")
+}
+
+// A force-released holder never comes back: its Using ends at its next
+// extension, even when a node lost the tombstone in a restart (where the
+// extension restores keys), and its Release leaves the next holder alone.
+// Its fencing token stays below the next one's.
+func TestForceReleasedHolderNeverComesBack(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	ended := make(chan error, 1)
+	started := make(chan uint64, 1)
+	go func() {
+		ended <- f.rl.Using(ctx, []string{"res"}, 2*time.Second, func(uctx context.Context) error {
+			token, _ := redlock.TokenFrom(uctx)
+			started <- token
+			<-uctx.Done()
+			return context.Cause(uctx)
+		}, redlock.WithFencing(true), redlock.WithAutomaticExtensionThreshold(time.Second))
+	}()
+	oldToken := <-started
+	operator, _ := ownRedlock(t, f, direct)
+	in := inspect(t, f, "res")
+	require.Len(t, in.Holders, 1)
+	assert.Equal(t, oldToken, in.Holders[0].Token)
+	require.NoError(t, operator.ForceRelease(ctx, "res", in.Holders[0].Value))
+	// Node 0 restarts empty: the old holder's extension writes its key
+	// there again, and still gets one vote of three.
+	f.Nodes[0].Restart()
+	select {
+	case err := <-ended:
+		assert.ErrorIs(t, err, redlock.ErrExtensionFailed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the force-released holder's Using went on")
+	}
+	next, err := operator.Acquire(ctx, []string{"res"}, time.Minute, redlock.WithFencing(true))
+	require.NoError(t, err)
+	assert.Greater(t, next.Token(), oldToken, "the counters were kept")
+	assert.Eventually(t, func() bool {
+		held := 0
+		for _, p := range f.Peek {
+			if p.Get(ctx, "res").Val() == next.Value() {
+				held++
+			}
+		}
+		return held >= 2
+	}, time.Second, 10*time.Millisecond, "the new holder keeps a quorum")
+	in = inspect(t, f, "res")
+	assert.Equal(t, redlock.Held, in.State)
+	assert.Equal(t, next.Value(), in.Holders[0].Value)
+	_, err = next.Extend(ctx, time.Minute)
+	assert.NoError(t, err)
+}
+
+// With values, ForceRelease takes one permit of a semaphore, or one reader
+// of a shared lock; the others go on.
+func TestForceReleaseOneHolder(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	operator, _ := ownRedlock(t, f, direct)
+
+	a, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithPermits(2))
+	require.NoError(t, err)
+	b, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithPermits(2))
+	require.NoError(t, err)
+	require.NoError(t, operator.ForceRelease(ctx, "pool", a.Value()))
+	in := inspect(t, f, "pool")
+	assert.Equal(t, 1, in.InUse)
+	assert.Equal(t, b.Value(), in.Holders[0].Value)
+	_, err = f.rl.Extend(ctx, a, time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired, "the removed permit's holder")
+	_, err = f.rl.Extend(ctx, b, time.Minute)
+	assert.NoError(t, err, "the other permit")
+	c, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithPermits(2), redlock.WithRetryCount(0))
+	require.NoError(t, err, "the freed permit is free")
+	require.NoError(t, operator.ForceRelease(ctx, "pool"))
+	assert.Equal(t, redlock.Free, inspect(t, f, "pool").State)
+	x, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithRetryCount(0))
+	require.NoError(t, err, "an exclusive lock once every permit is gone")
+	_, err = c.Release(ctx)
+	assert.Error(t, err)
+	assert.Equal(t, x.Value(), inspect(t, f, "pool").Holders[0].Value, "the old permit's release left the new lock alone")
+
+	r1, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Minute, redlock.WithShared(true))
+	require.NoError(t, err)
+	r2, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Minute, redlock.WithShared(true))
+	require.NoError(t, err)
+	require.NoError(t, operator.ForceRelease(ctx, "cfg", r1.Value()))
+	_, err = f.rl.Extend(ctx, r1, time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired, "the removed reader")
+	r2, err = f.rl.Extend(ctx, r2, time.Minute)
+	require.NoError(t, err, "the other reader")
+	in = inspect(t, f, "cfg")
+	assert.Equal(t, 1, in.InUse)
+	require.NoError(t, operator.ForceRelease(ctx, "cfg"))
+	_, err = f.rl.Extend(ctx, r2, time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired)
+	_, err = f.rl.Acquire(ctx, []string{"cfg"}, time.Minute, redlock.WithRetryCount(0))
+	assert.NoError(t, err, "a writer once every reader is gone")
+}
+
+// Force-releasing an election's term deposes its leader; the next term is
+// numbered above it.
+func TestForceReleaseDeposesALeader(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	term, err := f.rl.Election("e").Campaign(ctx, "first", 2*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, f.rl.ForceRelease(ctx, "redlock:election:e"))
+	select {
+	case <-term.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deposed term did not end")
+	}
+	other, _ := ownRedlock(t, f, direct)
+	next, err := other.Election("e").Campaign(ctx, "second", time.Minute, redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	assert.Greater(t, next.Number(), term.Number())
+	_ = next.Resign(ctx)
+}
+
+func TestIdentity(t *testing.T) {
+	for _, id := range []string{"web-1/4242", job, "a:b:c", "100%", "  spaced  ", strings.Repeat("x", redlock.MaxIdentity)} {
+		v := redlock.ValueWithIdentity(id)
+		assert.Equal(t, id, redlock.IdentityOf(v), "%q", id)
+		assert.NotContains(t, v, ":", "an election record splits at ':'")
+		assert.NotContains(t, v, " ")
+	}
+	assert.Equal(t, "", redlock.IdentityOf("0123456789abcdef0123456789abcdef"), "a value that records none")
+	assert.Equal(t, "", redlock.IdentityOf("node-redlock's value"))
+	def := redlock.ValueWithIdentity(redlock.DefaultIdentity())
+	assert.Contains(t, redlock.IdentityOf(def), "/", "host/pid")
+	assert.LessOrEqual(t, len(redlock.DefaultIdentity()), redlock.MaxIdentity)
+	for _, bad := range []string{strings.Repeat("x", redlock.MaxIdentity+1), "tab\there", "nl\n", string([]byte{0xff})} {
+		_, err := redlock.New(miniClient(t), redlock.WithIdentity(bad))
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "%q", bad)
+		assert.ErrorContains(t, err, "WithIdentity")
+	}
+}
+
+func TestOperatorBadInput(t *testing.T) {
+	rl, err := redlock.New(miniClient(t))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, res := range []string{"", "redlock:fence:{x}:x", "redlock:permit:{x}:x:1"} {
+		_, err := rl.Inspect(ctx, res)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "%q", res)
+		assert.ErrorIs(t, rl.ForceRelease(ctx, res), redlock.ErrInvalidArgument, "%q", res)
+	}
+	assert.ErrorIs(t, rl.ForceRelease(ctx, "x", ""), redlock.ErrInvalidArgument)
+	var nilRL *redlock.Redlock
+	_, err = nilRL.Inspect(ctx, "x")
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.True(t, errors.Is(nilRL.ForceRelease(ctx, "x"), redlock.ErrInvalidArgument))
+}
+
+func miniClient(t *testing.T) []redis.UniversalClient {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return []redis.UniversalClient{c}
+}
