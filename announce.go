@@ -14,7 +14,8 @@ import (
 // ReleasedChannel is the pub/sub channel on which the release script
 // announces each resource it freed (the cleanup of a failed acquire attempt
 // announces nothing: that lock was never held).
-// The message is the freed lock's value (32 hex characters) followed by the
+// The message is the freed lock's random part (the first 32 hex characters
+// of its value, without its identity) followed by the
 // resource's name. Waiters of every Redlock, in every process, that use the
 // same nodes wake on it.
 //

@@ -5,8 +5,8 @@
 // # The algorithm
 //
 // A [Redlock] holds one go-redis client per node. [Redlock.Acquire] writes a
-// random 32-hex-character value under every resource on all nodes at once,
-// with a Lua script that is all-or-nothing on each node. The lock is held when
+// random value (32 hex characters, then [WithIdentity]) under each resource on
+// all nodes at once, with a script that is all-or-nothing on each node. The lock is held when
 // a quorum of n/2+1 nodes voted for it, and for as long as its validity:
 //
 //	drift      = round(driftFactor × ttl) + 2ms
@@ -231,8 +231,9 @@
 // extension, where before they stayed a node short until released.
 //
 // Two consequences. Deleting a held lock's keys by hand does not take it
-// from a live holder: its next extension writes them back (stop the holder
-// instead; a lock whose holder is gone expires after its ttl). And a won
+// from a live holder: its next extension writes them back. Take it back
+// with [Redlock.ForceRelease], which leaves tombstones that its extensions
+// fail on ([Redlock.Inspect] shows who holds it, [WithIdentity]). And a won
 // extension whose call was still parked on a silent node when the lock was
 // released can land there after the release and hold that one node's key
 // for the ttl: a minority, which no other acquire needs.

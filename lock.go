@@ -187,7 +187,8 @@ func (l *Lock) Resources() []string {
 	return append([]string(nil), l.resources...)
 }
 
-// Value returns the lock's random value (32 hex characters), which every
+// Value returns the lock's value (32 random hex characters, then "@" and
+// its escaped identity, see [WithIdentity] and [IdentityOf]), which every
 // node stores under each resource; for a lock of the fair queue
 // ([WithFairQueue]), a node that handed a resource to the waiter stores the
 // waiter's id there instead (Value itself when the lock came by the hand-overs

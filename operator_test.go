@@ -360,3 +360,128 @@ func miniClient(t *testing.T) []redis.UniversalClient {
 	t.Cleanup(func() { _ = c.Close() })
 	return []redis.UniversalClient{c}
 }
+
+// On a Redis Cluster, Inspect and ForceRelease reach every kind's keys in
+// the resource's slot, and a force release is announced on the resource's
+// sharded channel.
+func TestOperatorOnACluster(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithIdentity(job))
+	ctx := context.Background()
+	for _, name := range []string{"plain", "{tag}x", "odd}name"} {
+		_, err := f.rl.Acquire(ctx, []string{name}, time.Hour)
+		require.NoError(t, err, name)
+		in, err := f.rl.Inspect(ctx, name)
+		require.NoError(t, err, name)
+		assert.Equal(t, redlock.Held, in.State, name)
+		assert.Equal(t, job, in.Holders[0].Identity, name)
+		got := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			l, err := f.rl.Acquire(ctx, []string{name}, time.Minute, redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
+			if assert.NoError(t, err, name) {
+				got <- time.Since(start)
+				_, _ = l.Release(ctx)
+			}
+		}()
+		queued(t, f.rl, name, 1)
+		require.NoError(t, f.rl.ForceRelease(ctx, name), name)
+		select {
+		case d := <-got:
+			assert.Less(t, d, 4*time.Second, "%s: woken by the sharded announcement", name)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: the waiter did not get the lock", name)
+		}
+
+		a, err := f.rl.Acquire(ctx, []string{"pool" + name}, time.Minute, redlock.WithPermits(2))
+		require.NoError(t, err, name)
+		_, err = f.rl.Acquire(ctx, []string{"pool" + name}, time.Minute, redlock.WithPermits(2))
+		require.NoError(t, err, name)
+		in, err = f.rl.Inspect(ctx, "pool"+name)
+		require.NoError(t, err, name)
+		assert.Equal(t, redlock.KindSemaphore, in.Kind, name)
+		assert.Equal(t, 2, in.InUse, name)
+		require.NoError(t, f.rl.ForceRelease(ctx, "pool"+name, a.Value()), name)
+		in, err = f.rl.Inspect(ctx, "pool"+name)
+		require.NoError(t, err, name)
+		assert.Equal(t, 1, in.InUse, name)
+
+		_, err = f.rl.Acquire(ctx, []string{"cfg" + name}, time.Minute, redlock.WithShared(true))
+		require.NoError(t, err, name)
+		in, err = f.rl.Inspect(ctx, "cfg"+name)
+		require.NoError(t, err, name)
+		assert.Equal(t, redlock.KindShared, in.Kind, name)
+		require.NoError(t, f.rl.ForceRelease(ctx, "cfg"+name), name)
+		in, err = f.rl.Inspect(ctx, "cfg"+name)
+		require.NoError(t, err, name)
+		assert.Equal(t, redlock.Free, in.State, name)
+	}
+}
+
+// A lock of the fair queue, force-released, goes to the queue's head.
+func TestForceReleaseFairQueue(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	_, err := f.rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour)
+	require.NoError(t, err)
+	waiter, _ := ownRedlock(t, f, direct, redlock.WithFairQueue(true))
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, []string{"fifo"}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Second))
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			_, _ = l.Release(ctx)
+		}
+	}()
+	queuedOnNodes(t, f, "fifo", 1)
+	start := time.Now()
+	require.NoError(t, f.rl.ForceRelease(ctx, "fifo"))
+	select {
+	case at := <-got:
+		t.Logf("the fair queue's head had the lock %v after ForceRelease", at.Sub(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the head of the queue did not get the lock")
+	}
+}
+
+// A fair lock held by a waiter that took it from the queue (here: found
+// free once the holder's ttl ran out) is force-released: the next waiter
+// gets it within about the queue's liveness (a second), for as long as the
+// holder's place lasts at the head.
+func TestForceReleaseFairQueueHead(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	_, err := f.rl.Acquire(ctx, []string{"fifo"}, 1500*time.Millisecond)
+	require.NoError(t, err)
+	waiter := func(name string) chan *redlock.Lock {
+		rl, _ := ownRedlock(t, f, direct, redlock.WithFairQueue(true), redlock.WithIdentity(name))
+		out := make(chan *redlock.Lock, 1)
+		go func() {
+			l, err := rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour, redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Second))
+			if assert.NoError(t, err, name) {
+				out <- l
+			}
+		}()
+		return out
+	}
+	b := waiter("B")
+	queuedOnNodes(t, f, "fifo", 1)
+	var lb *redlock.Lock
+	select {
+	case lb = <-b: // the first lock expired: B found it free at the head
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not get the expired lock")
+	}
+	c := waiter("C")
+	require.Eventually(t, func() bool {
+		in := inspect(t, f, "fifo")
+		return len(in.Waiters) > 0 && in.Waiters[len(in.Waiters)-1].Identity == "C" && in.Waiters[len(in.Waiters)-1].Nodes == 3
+	}, 10*time.Second, 10*time.Millisecond, "C queued")
+	start := time.Now()
+	require.NoError(t, f.rl.ForceRelease(ctx, "fifo", lb.Value()))
+	select {
+	case <-c:
+		t.Logf("C had the lock %v after B's force release", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("C did not get the lock")
+	}
+}
