@@ -357,9 +357,5 @@ func retryDelay(cfg *config) time.Duration {
 	return max(d, 0)
 }
 
-// valueLen is the length of a lock's value.
+// valueLen is the length of a lock value's random part (its identity follows).
 const valueLen = 32
-
-// randomValue returns valueLen random hex characters, unique to one lock
-// (a value that records no identity).
-func randomValue() string { return (&config{}).newValue() }

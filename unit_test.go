@@ -124,7 +124,7 @@ func TestRetryDelayRange(t *testing.T) {
 func TestRandomValue(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		v := randomValue()
+		v := (&config{}).newValue()
 		require.Len(t, v, 32)
 		require.False(t, seen[v], "randomValue repeated %s", v)
 		seen[v] = true
