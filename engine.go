@@ -2,9 +2,11 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"math"
 	mrand "math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -357,5 +359,17 @@ func retryDelay(cfg *config) time.Duration {
 	return max(d, 0)
 }
 
-// valueLen is the length of a lock value's random part (its identity follows).
-const valueLen = 32
+// newValue returns a new lock value: valueLen random hex characters, unique
+// to one lock, then c's identity.
+func (c *config) newValue() string {
+	var r [valueLen / 2]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand, Go 1.24+)
+	var b strings.Builder
+	b.Grow(valueLen + len(c.idSuffix))
+	for _, x := range r {
+		b.WriteByte(hexDigits[x>>4])
+		b.WriteByte(hexDigits[x&15])
+	}
+	b.WriteString(c.idSuffix)
+	return b.String()
+}

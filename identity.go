@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"crypto/rand"
 	"os"
 	"strconv"
 	"strings"
@@ -14,20 +13,6 @@ import (
 
 // MaxIdentity is the longest identity [WithIdentity] takes, in bytes.
 const MaxIdentity = 64
-
-// WithIdentity sets who takes the locks, the permits, the shared locks and
-// the terms: [Redlock.Inspect] shows it for each holder, so that an
-// operator can tell which host, process or job holds a resource. It is
-// recorded in the lock's value (its 32 random hex characters, then "@" and
-// the identity, escaped so that it holds no ':', '%', space or byte outside
-// printable ASCII), so it costs no round trip, and node-redlock's clients,
-// which compare values as opaque strings, exclude and are excluded as
-// before. id is at most [MaxIdentity] bytes of printable UTF-8; "" records
-// none (the value is the 32 hex characters alone). Default: the host name
-// and the process id, "host/pid" (the host name cut to fit).
-func WithIdentity(id string) LockOption {
-	return func(c *config) { c.identity, c.idSuffix = id, identitySuffix(id) }
-}
 
 // defaultIdentity is the host name and process id.
 var defaultIdentity = sync.OnceValue(func() string {
@@ -113,17 +98,5 @@ func IdentityOf(value string) string {
 	return string(b)
 }
 
-// newValue returns a new lock value: valueLen random hex characters, unique
-// to one lock, then c's identity.
-func (c *config) newValue() string {
-	var r [valueLen / 2]byte
-	_, _ = rand.Read(r[:]) // never fails (crypto/rand, Go 1.24+)
-	var b strings.Builder
-	b.Grow(valueLen + len(c.idSuffix))
-	for _, x := range r {
-		b.WriteByte(hexDigits[x>>4])
-		b.WriteByte(hexDigits[x&15])
-	}
-	b.WriteString(c.idSuffix)
-	return b.String()
-}
+// valueLen is the length of a lock value's random part (its identity follows).
+const valueLen = 32

@@ -98,12 +98,6 @@ type Inspection struct {
 	Errors        []error // a *NodeError per node that did not answer
 }
 
-// Ops of the operator's calls, as they appear in a [NodeError].
-const (
-	OpInspect      Op = "inspect"
-	OpForceRelease Op = "force release"
-)
-
 // Inspect reads resource on every node and says who holds it, whatever
 // its kind: an exclusive lock (fenced or not, of the fair queue or not), a
 // semaphore, a shared lock, or an election's term (the resource

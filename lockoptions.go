@@ -210,6 +210,20 @@ func WithFairQueue(on bool) LockOption {
 	return func(c *config) { c.fair = on }
 }
 
+// WithIdentity sets who takes the locks, the permits, the shared locks and
+// the terms: [Redlock.Inspect] shows it for each holder, so that an
+// operator can tell which host, process or job holds a resource. It is
+// recorded in the lock's value (its 32 random hex characters, then "@" and
+// the identity, escaped so that it holds no ':', '%', space or byte outside
+// printable ASCII), so it costs no round trip, and node-redlock's clients,
+// which compare values as opaque strings, exclude and are excluded as
+// before. id is at most [MaxIdentity] bytes of printable UTF-8; "" records
+// none (the value is the 32 hex characters alone). Default: the host name
+// and the process id, "host/pid" (the host name cut to fit).
+func WithIdentity(id string) LockOption {
+	return func(c *config) { c.identity, c.idSuffix = id, identitySuffix(id) }
+}
+
 // validate reports the first setting that is out of range.
 func (c *config) validate() error {
 	switch {

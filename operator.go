@@ -70,6 +70,12 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...s
 	return fmt.Errorf("redlock: force release of %q reached %d of %d nodes, %s: %w", resource, reached, r.size(), what, errors.Join(errs...))
 }
 
+// Ops of the operator's calls, as they appear in a [NodeError].
+const (
+	OpInspect      Op = "inspect"
+	OpForceRelease Op = "force release"
+)
+
 // forceMargin is how much longer a tombstone lasts than what its holder
 // had left: room for an extension sent before the holder's validity ended.
 const forceMargin = 2 * time.Second
