@@ -485,3 +485,34 @@ func TestForceReleaseFairQueueHead(t *testing.T) {
 		t.Fatal("C did not get the lock")
 	}
 }
+
+// A value that records an identity is as opaque to node-redlock as before:
+// each excludes the other, each releases its own, and Inspect shows a
+// node-redlock lock with no identity.
+func TestIdentityWithNodeRedlock(t *testing.T) {
+	f := newNodes(t, 3, redlock.WithIdentity(job))
+	ctx := context.Background()
+	nodeAcquire := func(key, value string) (won int) {
+		for _, p := range f.Peek {
+			if n, _ := p.Eval(ctx, nodeRedlockAcquire, []string{key}, value, 60000).Int(); n == 1 {
+				won++
+			}
+		}
+		return won
+	}
+	ours, err := f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, 0, nodeAcquire("shared-with-node", "node-value-1"), "node-redlock is excluded by a value with an identity")
+	_, err = ours.Release(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, nodeAcquire("shared-with-node", "node-value-1"))
+	_, err = f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "node-redlock's lock excludes ours")
+	in := inspect(t, f, "shared-with-node")
+	require.Len(t, in.Holders, 1)
+	assert.Equal(t, "node-value-1", in.Holders[0].Value)
+	assert.Equal(t, "", in.Holders[0].Identity)
+	require.NoError(t, f.rl.ForceRelease(ctx, "shared-with-node"))
+	_, err = f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute, redlock.WithRetryCount(0))
+	assert.NoError(t, err, "a force-released node-redlock lock is free to us")
+}
