@@ -35,6 +35,10 @@ var (
 	// routine's context when the lock could not be extended, and is matched
 	// by the error Using returns in that case.
 	ErrExtensionFailed = errors.New("redlock: extension failed")
+
+	// ErrNotHeld reports that [Redlock.ForceRelease] found none of the
+	// values it was given on any node: nothing was released.
+	ErrNotHeld = errors.New("redlock: not held")
 )
 
 // invalid returns an error matching ErrInvalidArgument whose text names what

@@ -124,6 +124,11 @@ type lockLife struct {
 	// lost is set once the observer was told that the lock was lost: it
 	// is told once, whoever learns it (Extend, Using).
 	lost atomic.Bool
+	// gone is set once an Extend found the lock gone from a quorum (or
+	// its validity over): no later Extend of any handle is sent, since
+	// one could restore its keys where nodes lost them (a tombstone of
+	// ForceRelease included) and bring back a lock that was lost.
+	gone atomic.Bool
 }
 
 // reportLost tells cfg's observer, once per lock, that it was lost.

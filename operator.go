@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/lane"
@@ -19,9 +20,11 @@ import (
 
 // ForceRelease takes resource back from its holders, whatever its kind:
 // with no values, from every holder (every permit of a semaphore, every
-// reader of a shared lock); with values (as [Inspection].Holders give
-// them, or [Lock.Value]), from those holders only. It is for an operator:
-// a job killed with a long ttl, a lock whose holder is gone.
+// reader of a shared lock); with values, from those holders only: give
+// them as [Inspection].Holders shows them (a lock of the fair queue that was
+// handed to its waiter is held by the waiter's id, not by its
+// [Lock.Value]). It is for an operator: a job killed with a long ttl, a
+// lock whose holder is gone.
 //
 // Waiters are woken as by a release. Fencing counters are kept, so the
 // next token is above the old holder's. The old holder finds out at its
@@ -34,10 +37,14 @@ import (
 // for a tombstone to expire, as it would have for the lock. A waiter the
 // fair queue holds in place keeps its place ([WithFairQueue]).
 //
-// It returns nil when every node answered, an error matching
-// [ErrInvalidArgument] for bad input, and otherwise an error joining each
-// silent node's [*NodeError]: when a quorum answered, the removed holders
-// hold the resource on no quorum.
+// It returns nil when every node answered (a free resource included), an
+// error matching [ErrInvalidArgument] for bad input, one matching
+// [ErrNotHeld] when every node answered and none held any of the values,
+// and otherwise an error joining each silent node's [*NodeError]: when a
+// quorum answered, the removed holders hold the resource on no quorum. A
+// call to a silent node that was sent before ForceRelease gave up on it may
+// still land there later (a call still queued is dropped); with a ctx that
+// has already ended nothing is sent.
 func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...string) error {
 	cfg, err := r.operatorReady(ctx, resource, nil)
 	if err != nil {
@@ -54,12 +61,19 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...s
 	}
 	keys := []string{resource, queueKey(resource), readersKey(resource)}
 	var errs []error
+	removed := int64(0)
 	for _, rep := range r.everyNode(ctx, cfg, resource, OpForceRelease, script.Force, keys, args) {
 		if rep.err != nil {
 			errs = append(errs, rep.err)
+			continue
 		}
+		n, _ := rep.reply.(int64)
+		removed += n
 	}
-	if len(errs) == 0 {
+	switch {
+	case len(errs) == 0 && removed == 0 && len(values) > 0:
+		return fmt.Errorf("%w: no node holds %s under %q, so nothing was released; give the values Inspect shows", ErrNotHeld, strings.Join(values, " or "), resource)
+	case len(errs) == 0:
 		return nil
 	}
 	reached := r.size() - len(errs)
@@ -67,7 +81,8 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...s
 	if reached >= r.needed() {
 		what = "a quorum: no removed holder holds it on a quorum"
 	}
-	return fmt.Errorf("redlock: force release of %q reached %d of %d nodes, %s: %w", resource, reached, r.size(), what, errors.Join(errs...))
+	return fmt.Errorf("redlock: force release of %q reached %d of %d nodes, %s (a call sent to a silent node may still land there): %w",
+		resource, reached, r.size(), what, errors.Join(errs...))
 }
 
 // Ops of the operator's calls, as they appear in a [NodeError].
@@ -115,6 +130,13 @@ type nodeReply struct {
 // in time gets a *NodeError.
 func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op, s *script.Script, keys []string, args []any) []nodeReply {
 	n := r.size()
+	out := make([]nodeReply, n)
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i] = nodeReply{node: i, err: &NodeError{Node: i, Addr: r.nodes[i].Addr(), Op: op, Err: err}}
+		}
+		return out
+	}
 	answers := make(chan nodeReply, n)
 	calls := make([]opCall, n)
 	for i, nd := range r.nodes {
@@ -128,7 +150,6 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 		c.Call = lane.Call{Kind: lane.Write, Hash: ss.Hash, Src: ss.Src, Keys: keys, Args: a, Timeout: cfg.nodeTimeout, H: c}
 		nd.Lane(key, false).Submit(&c.Call)
 	}
-	out := make([]nodeReply, n)
 	heard := make([]bool, n)
 	timer := time.NewTimer(cfg.nodeTimeout)
 	defer timer.Stop()
@@ -150,6 +171,7 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 		}
 		for i := range out {
 			if !heard[i] {
+				calls[i].gaveUp.Store(true) // not sent yet: never
 				out[i] = nodeReply{node: i, err: &NodeError{Node: i, Addr: r.nodes[i].Addr(), Op: op, Err: late}}
 			}
 		}
@@ -161,12 +183,13 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 // opCall is one node's part of an operator's call: a lane.Handler.
 type opCall struct {
 	lane.Call
-	node int
-	out  chan<- nodeReply // room for every node: never blocks
-	once sync.Once
+	node   int
+	out    chan<- nodeReply // room for every node: never blocks
+	once   sync.Once
+	gaveUp atomic.Bool // the caller returned without its answer
 }
 
-func (c *opCall) Sendable() bool       { return true }
+func (c *opCall) Sendable() bool       { return !c.gaveUp.Load() }
 func (c *opCall) Held() *lane.Call     { return nil }
 func (c *opCall) Done(r lane.Result)   { c.send(nodeReply{node: c.node, reply: r.Reply, err: r.Err}) }
 func (c *opCall) Silent(r lane.Result) { c.send(nodeReply{node: c.node, err: r.Err}) }

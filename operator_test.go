@@ -516,3 +516,100 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 	_, err = f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute, redlock.WithRetryCount(0))
 	assert.NoError(t, err, "a force-released node-redlock lock is free to us")
 }
+
+// Found by the probes (issue 33's review), each failing before its fix.
+
+// A shared lock taken over a tombstone lives as long as its readers, not as
+// long as the tombstone (was: a writer refused for the old lock's hour).
+func TestSharedLockOverATombstone(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	_, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, f.rl.ForceRelease(ctx, "cfg"))
+	_, err = f.rl.Acquire(ctx, []string{"cfg"}, time.Second, redlock.WithShared(true))
+	require.NoError(t, err)
+	for i := range f.Peek {
+		assert.LessOrEqual(t, f.PTTL(t, i, "cfg"), time.Second, "node %d: the marker lives as long as its reader", i)
+	}
+}
+
+// ForceRelease with a ctx already ended sends nothing (was: it released,
+// and said it reached no node).
+func TestForceReleaseWithAnEndedContext(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
+	require.NoError(t, err)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	err = f.rl.ForceRelease(ended, "x")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "reached 0 of 3 nodes")
+	for i := range f.Peek {
+		assert.Equal(t, l.Value(), f.Get(t, i, "x"), "node %d", i)
+	}
+	_, err = l.Extend(ctx, time.Minute)
+	assert.NoError(t, err)
+}
+
+// A lock an Extend found gone stays lost: later Extends are not sent, so a
+// rolling restart cannot let them restore it onto a quorum past the
+// tombstones (was: the second Extend after two restarts succeeded).
+func TestALostLockStaysLost(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	holder, _ := ownRedlock(t, f, direct)
+	l, err := holder.Acquire(ctx, []string{"rr"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, f.rl.ForceRelease(ctx, "rr", l.Value()))
+	f.Nodes[0].Restart()
+	_, err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "two tombstones of three")
+	f.Nodes[1].Restart()
+	_, err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrLockExpired, "lost for good")
+	assert.ErrorContains(t, err, "stays lost")
+	in := inspect(t, f, "rr")
+	assert.NotEqual(t, redlock.Held, in.State, "%+v", in.Holders)
+}
+
+// A foreign value shorter than 32 characters, force-released, wakes the
+// waiters (was: they slept their retry delay).
+func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	for i := range f.Peek {
+		f.Set(t, i, "short", "x:y z", time.Hour)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := f.rl.Acquire(ctx, []string{"short"}, time.Minute, redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			_, _ = l.Release(ctx)
+		}
+	}()
+	queued(t, f.rl, "short", 1, f.Peek...)
+	start := time.Now()
+	require.NoError(t, f.rl.ForceRelease(ctx, "short", "x:y z"))
+	select {
+	case at := <-got:
+		assert.Less(t, at.Sub(start), 2500*time.Millisecond, "woken, not retried after 5s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
+
+// Values that no node holds: ErrNotHeld, nothing released.
+func TestForceReleaseOfValuesNotHeld(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
+	require.NoError(t, err)
+	err = f.rl.ForceRelease(ctx, "x", "not-a-holder")
+	require.ErrorIs(t, err, redlock.ErrNotHeld)
+	_, err = l.Extend(ctx, time.Minute)
+	assert.NoError(t, err)
+	assert.NoError(t, f.rl.ForceRelease(ctx, "free"), "a free resource: nothing to do")
+}

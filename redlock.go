@@ -116,7 +116,9 @@ func (r *Redlock) Quorum() int {
 // goroutine is extending at the same time. It returns an [*ExecutionError]
 // matching [ErrLockExpired] at once, without retrying, when the lock's
 // validity has passed, this handle was already extended, a release of the
-// lock was attempted, or a quorum of nodes no longer holds it; matching
+// lock was attempted, or a quorum of nodes no longer holds it (and from
+// then on, for every handle of the lock: a lost lock is not extended back
+// onto nodes that lost its keys); matching
 // ctx.Err() when ctx ended the call; and matching neither when node failures
 // kept it from a quorum. A Lock that Extend returns while a Release runs
 // through another handle is not Valid.
@@ -156,6 +158,8 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, spent("this Lock was already extended: extend the Lock that Extend returned")
 	case lock.life.releasing.Load():
 		return nil, spent("a release of the lock was attempted, so it may be gone")
+	case lock.life.gone.Load():
+		return nil, spent("an earlier Extend found the lock gone from a quorum of nodes: a lost lock stays lost (acquire it again)")
 	case !lock.extending.CompareAndSwap(false, true):
 		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
 	case !lock.life.beginExtend(): // a release started meanwhile
@@ -178,6 +182,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		lock.extending.Store(false)
 		if errors.Is(o.err, ErrLockExpired) {
 			// Gone from a quorum, or its validity over: the lock is lost.
+			lock.life.gone.Store(true)
 			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
 		}
 		return nil, o.err

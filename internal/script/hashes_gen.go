@@ -9,7 +9,7 @@ var hashes = map[uint64]string{
 	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
 	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
-	0x9351136853e53c35: "4dbb634554cd12b467a8c170a48b90f1e796ed39", // Force
+	0xca8b7503c98a229c: "0a557cc78c6c5d750e4614dea418661951e905b2", // Force
 	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
 	0x8a8aac57a0fb7837: "56582456bb9065c7c9c6ff730e66f1535b35e055", // Extend
 	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release
@@ -24,7 +24,7 @@ var hashes = map[uint64]string{
 	0x9f3a21aeea2dd53d: "e1127ba8fb09068972d877b30b2d7e3a0d9e7718", // PermitExtend
 	0x2bd001abb5fad7a7: "fd9567bd28bc068f976cfd3de71893f3728168b8", // PermitRelease
 	0x1eeca182f3f2a61b: "2eb55a6afff77971313a6ff912f25bfeb7be1fad", // PermitCleanup
-	0x8785e3c5303b44be: "9d88088dde9480fe03a86082c6b040bd1ee8b03c", // SharedAcquire
+	0x7f6c7c3295d97ad6: "417eae76b647f528a760085288512ccad1c32101", // SharedAcquire
 	0xa41738d088bed23a: "315b89cc329e8a7a317a197e85fd0dba128e4482", // SharedExtend
 	0x76d17561cbd2815f: "93e84694a01707b777bad6c8004cd5862ee69831", // SharedRelease
 	0xeea96e38e0970bde: "4e1fd0c9028a22a1a21fb39b861db259f35edb94", // SharedCleanup

@@ -68,7 +68,7 @@ local all = #ARGV < 5
 local want = {}
 for i = 5, #ARGV do want[ARGV[i]] = true end
 local function hit(x) return all or want[x] end
-local function announce(x) redis.pcall(ARGV[3], ARGV[4], string.sub(x, 1, 32) .. res) end -- a node without pub/sub still releases
+local function announce(x) redis.pcall(ARGV[3], ARGV[4], string.sub(x .. string.rep("-", 32), 1, 32) .. res) end -- 32 characters, then the resource; a node without pub/sub still releases
 local v = redis.call("get", res)
 if not v or v == "` + Tombstone + `" then return 0 end
 local count = 0

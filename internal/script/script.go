@@ -592,6 +592,7 @@ for i = 1, #KEYS, 2 do
   redis.call("zadd", KEYS[i + 1], now + ttl, ARGV[1])
   if redis.call("pttl", KEYS[i + 1]) < ttl then redis.call("pexpire", KEYS[i + 1], ttl) end
   local pt = redis.call("pttl", KEYS[i])
+  if redis.call("get", KEYS[i]) == "` + Tombstone + `" then pt = -2 end -- a tombstone's ttl is not the readers'
   if pt < ttl or redis.call("get", KEYS[i]) ~= "` + SharedMarker + `" then
     redis.call("set", KEYS[i], "` + SharedMarker + `", "PX", math.max(pt, ttl)) -- a writer's mark that lapsed goes
   end
