@@ -5,6 +5,8 @@
 //
 //	redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
 //	redlock status [flags] RESOURCE...
+//	redlock hold [flags] RESOURCE[,RESOURCE...]
+//	redlock release [flags] RESOURCE [--value VALUE]...
 //	redlock elect [flags] NAME -- COMMAND [ARG...]
 //	redlock leader [flags] NAME
 //	redlock help [VERB]
@@ -25,6 +27,15 @@
 // signal stopped it); leader exits 0 when someone leads, 1 when a quorum
 // answered and nobody does, 69 when too few nodes answered to tell.
 // `redlock help elect` and `redlock help leader` say more.
+//
+// status, likewise, exits 0 when every resource is held, 1 when one is free
+// (and none unknown), 69 when one is unknown (too few nodes answered to
+// tell), 2 for a usage error; hold exits 0 once SIGINT or SIGTERM made it
+// release the lock, 75 on a conflict, 69 when the nodes are unreachable,
+// 79 when the lock was lost while held, 128+n when signal n ended the
+// wait, 2 for a usage error; release exits 0 when every node answered, 1
+// when none held a --value given, 69 when some did not answer (it says
+// whether a quorum did), 2 for a usage error.
 package main
 
 import (
@@ -65,6 +76,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return runVerb(rest, stdout, stderr)
 	case "status":
 		return statusVerb(rest, stdout, stderr)
+	case "hold":
+		return holdVerb(rest, stdout, stderr)
+	case "release":
+		return releaseVerb(rest, stdout, stderr)
 	case "elect":
 		return electVerb(rest, stdout, stderr)
 	case "leader":
@@ -94,7 +109,13 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 		fs, _ := runFlagSet(stdout)
 		fs.Usage()
 	case "status":
-		fs, _, _ := statusFlagSet(stdout)
+		fs, _ := statusFlagSet(stdout)
+		fs.Usage()
+	case "hold":
+		fs, _ := holdFlagSet(stdout)
+		fs.Usage()
+	case "release":
+		fs, _, _, _ := releaseFlagSet(stdout)
 		fs.Usage()
 	case "elect":
 		fs, _ := electFlagSet(stdout)
@@ -117,6 +138,8 @@ or while leading an election held on them.
 Usage:
   redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
   redlock status [flags] RESOURCE...
+  redlock hold [flags] RESOURCE[,RESOURCE...]
+  redlock release [flags] RESOURCE [--value VALUE]...
   redlock elect [flags] NAME -- COMMAND [ARG...]
   redlock leader [flags] NAME
   redlock help [VERB]
@@ -124,7 +147,9 @@ Usage:
 
 Verbs:
   run      acquire the lock, run the command while extending the lock, release it
-  status   show, node by node, who holds each resource, its ttl and its fencing counter
+  status   show who holds each resource (any kind), with identity, ttl, token, waiters
+  hold     acquire the lock and hold it, without a command, until SIGTERM or SIGINT
+  release  force-release a resource: from every holder, or from the values given
   elect    campaign in an election, run the command while leading, resign
   leader   show who leads an election and its term, or follow the terms (--watch)
   help     show this, or a verb's flags and exit codes
@@ -181,20 +206,6 @@ Exit codes:
   79                  the lock was lost while the command ran
   2                   usage error
   126, 127            the command could not be started, or was not found
-
-Flags:
-`
-
-const usageStatus = `Usage: redlock status [flags] RESOURCE...
-
-Shows, for each resource and node: whether the node holds it and by which
-value, the ttl left, and the resource's fencing counter; then whether a
-majority holds it by one value. A node that did not answer (or whose key is not
-a lock) is "unknown", never free: the verdict is HELD, NOT HELD (no quorum can
-hold one value, whatever the unknown nodes hold), FREE (every node answered and
-none holds it), or UNKNOWN (the unknown nodes could make a quorum). Exits 0
-when a majority answered and every verdict is certain, 69 otherwise, and 2 for
-a usage error.
 
 Flags:
 `

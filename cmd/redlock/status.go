@@ -7,286 +7,392 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
+	"slices"
+	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock"
 )
 
-// nodeState is what one node says about one resource.
-type nodeState struct {
-	Node string `json:"node"`
-	// State is "held", "free", or "unknown" (no answer, or the key holds
-	// something that is not a lock: Error says which).
-	State   string `json:"state"`
-	Held    *bool  `json:"held"` // null when unknown
-	Value   string `json:"value,omitempty"`
-	TTLms   int64  `json:"ttl_ms,omitempty"` // what is left of the key's ttl
-	Counter uint64 `json:"fence_counter"`    // the fencing counter, 0 when none
-	Error   string `json:"error,omitempty"`  // why the node could not be asked
-	ttl     time.Duration
-	spoke   bool // the node answered (even if not about this key)
+// status shows what the library's Inspect finds of each resource: the
+// command knows no key of its own, so that every kind the library has
+// (lock, fenced lock, fair queue, semaphore, shared lock, election) is
+// shown as the library reads it.
+
+// electionPrefix is the resource an election's term is held on: the
+// election NAME's is electionPrefix + NAME (as the library's Election
+// names it).
+const electionPrefix = "redlock:election:"
+
+// The exit codes of status, grep's and leader's (0 found, 1 not).
+const (
+	exitFree = 1 // a resource is free: a quorum answered, and no holder can be on a quorum
+)
+
+const usageStatus = `Usage: redlock status [flags] RESOURCE...
+
+Shows what the nodes hold of each resource, whatever took it (run, hold,
+elect, a program using the library): its kind (lock, semaphore, shared lock,
+election), its state, each holder with its identity (who took it: "host/pid
+redlock hold"), its value, its ttl, on how many nodes, and its fencing token;
+a semaphore's permits in use, a shared lock's readers and whether a writer
+waits, the fair queue's waiters in order, an election's leader and term, the
+fencing counter, and each node that did not answer, with its error.
+
+An election NAME's resource is redlock:election:NAME; --election NAME names it.
+
+The state of a resource is
+  HELD     a quorum of the nodes holds it (one value; a semaphore or shared lock: a permit or reader)
+  FREE     no holder can be on a quorum, whatever the nodes that did not answer hold
+  UNKNOWN  the nodes that did not answer could make a quorum hold it: never read it as free
+
+Exit codes (as leader's, grep's: 0 found, 1 not):
+  0    every resource is HELD
+  1    a resource is FREE, and none is UNKNOWN
+  69   a resource is UNKNOWN: too few nodes answered to tell
+  2    usage error
+
+With --json it prints an array, one object per resource:
+  {"resource", "kind" ("none", "lock", "semaphore", "shared", "election"),
+   "state" ("held", "free", "unknown"), "nodes", "answered", "quorum",
+   "holders": [{"value", "identity", "ttl_ms", "nodes", "on_quorum", "token", "permit"}],
+   "in_use", "permits", "writer_waiting", "waiters": [{"id", "identity", "nodes"}],
+   "fence_counter", "leader": {"id", "term"} or null, "errors": [{"node", "error"}]}
+(durations in milliseconds; every field is always there).
+
+Flags:
+`
+
+// stringsFlag is a flag that may be given several times.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string { return strings.Join(*s, ",") }
+
+func (s *stringsFlag) Set(v string) error {
+	*s = append(*s, v)
+	return nil
 }
 
-// resourceState is one resource on every node, and the verdict.
-type resourceState struct {
-	Resource string      `json:"resource"`
-	Nodes    []nodeState `json:"nodes"`
-	Quorum   int         `json:"quorum"`
-	// Verdict is "held" (a quorum holds one value), "not_held" (no value
-	// can be on a quorum, whatever the nodes that did not answer hold),
-	// "free" (every node answered, none holds it), or "unknown" (the nodes
-	// that did not answer could make a quorum hold it).
-	Verdict  string `json:"verdict"`
-	Held     bool   `json:"held"`            // a quorum surely holds it by one value
-	Value    string `json:"value,omitempty"` // that value
-	HeldOn   int    `json:"held_on"`         // how many nodes hold that value (or the most common one)
-	Answered int    `json:"answered"`        // how many nodes answered (with a lock or nothing)
-	FenceKey string `json:"fence_key"`
-	Counter  uint64 `json:"fence_counter"` // the highest counter: the last token granted (or skipped)
+// statusFlags are status's settings.
+type statusFlags struct {
+	common
+	json      bool
+	elections stringsFlag
 }
 
 // statusFlagSet returns status's flags, writing errors and usage to out.
-func statusFlagSet(out io.Writer) (*flag.FlagSet, *common, *bool) {
+func statusFlagSet(out io.Writer) (*flag.FlagSet, *statusFlags) {
 	fs := newFlagSet("status", usageStatus, out)
-	c := &common{}
-	c.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON, one object per resource in an array")
-	return fs, c, asJSON
+	f := &statusFlags{}
+	f.common.register(fs)
+	fs.BoolVar(&f.json, "json", false, "print JSON: an array, one object per resource (see above)")
+	fs.Var(&f.elections, "election", "show the election `NAME` (its resource redlock:election:NAME); may be repeated")
+	return fs, f
 }
 
 func statusVerb(args []string, stdout, stderr io.Writer) int {
 	if wantsHelp(args) {
-		fs, _, _ := statusFlagSet(stdout)
+		fs, _ := statusFlagSet(stdout)
 		fs.Usage()
 		return 0
 	}
-	fs, c, asJSON := statusFlagSet(stderr)
+	fs, f := statusFlagSet(stderr)
 	short(fs, stderr)
 	// Flags may come after the resources too (redlock status x --json).
 	resources, code := parsePositional(fs, args)
 	if code >= 0 {
 		return code
 	}
+	resources, code = withElections(fs, resources, f.elections)
+	if code >= 0 {
+		return code
+	}
 	if len(resources) == 0 {
-		return usageError(fs, stderr, "no RESOURCE: name the resources to show")
+		return usageError(fs, stderr, "no RESOURCE: name the resources to show (or --election NAME)")
 	}
-	for _, r := range resources {
-		if r == "" {
-			return usageError(fs, stderr, "an empty RESOURCE name")
-		}
-	}
-	if !given(fs, "node-timeout") {
-		c.nodeTimeout = defaultNodeTimeout
-	}
-	if c.nodeTimeout <= 0 {
-		return usageError(fs, stderr, "--node-timeout %v is not positive", c.nodeTimeout)
-	}
-	nodes, err := dial(c.nodes, c.nodeTimeout)
-	if err != nil {
-		return usageError(fs, stderr, "%v", err)
+	rl, nodes, code := operatorClient(fs, &f.common, stderr)
+	if code >= 0 {
+		return code
 	}
 	defer closeNodes(nodes)
+	defer func() { _ = rl.Close() }()
 
-	states := make([]resourceState, len(resources))
-	for i, res := range resources {
-		states[i] = resourceState{Resource: res, Quorum: len(nodes)/2 + 1, FenceKey: redlock.FenceKey(res)}
+	ins, err := inspectAll(rl, resources)
+	if err != nil {
+		return operatorRefused(fs, stderr, err, nodes)
 	}
-	// Ask every node at once, each for every resource in one pipeline.
-	type answer struct {
-		node int
-		per  []nodeState
-	}
-	answers := make(chan answer, len(nodes))
-	for i, n := range nodes {
-		go func() { answers <- answer{i, ask(n, resources, c.nodeTimeout)} }()
-	}
-	per := make([][]nodeState, len(nodes))
-	for range nodes {
-		a := <-answers
-		per[a.node] = a.per
-	}
-	answered := 0
-	for i := range nodes {
-		if per[i][0].spoke {
-			answered++
-		}
-	}
-	for ri := range states {
-		s := &states[ri]
-		count := map[string]int{}
-		for ni := range nodes {
-			ns := per[ni][ri]
-			s.Nodes = append(s.Nodes, ns)
-			s.Counter = max(s.Counter, ns.Counter)
-			if ns.State == "unknown" {
-				continue
-			}
-			s.Answered++
-			if ns.State == "held" {
-				count[ns.Value]++
-			}
-		}
-		for v, n := range count {
-			if n > s.HeldOn {
-				s.Value, s.HeldOn = v, n
-			}
-		}
-		s.Verdict = verdict(s.HeldOn, len(nodes)-s.Answered, len(nodes), s.Quorum)
-		s.Held = s.Verdict == "held"
-	}
-
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(states)
+	if f.json {
+		b, _ := json.MarshalIndent(jsonInspections(ins, nodes), "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
-		printStatus(stdout, states)
+		var b strings.Builder
+		for i, in := range ins {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			writeInspection(&b, in, nodes)
+		}
+		fmt.Fprint(stdout, b.String())
 	}
 	code = 0
-	if answered < len(nodes)/2+1 {
-		fmt.Fprintf(stderr, "redlock status: only %d of %d nodes answered, fewer than a quorum (%d): what is shown may not be the whole truth\n",
-			answered, len(nodes), len(nodes)/2+1)
-		code = exitUnavailable
-	}
-	for _, s := range states {
-		if s.Verdict == "unknown" && code == 0 {
-			fmt.Fprintf(stderr, "redlock status: whether a quorum holds %s is unknown: %d of %d nodes could not say\n", s.Resource, len(nodes)-s.Answered, len(nodes))
-			code = exitUnavailable
+	for _, in := range ins {
+		switch in.State {
+		case redlock.Unknown:
+			fmt.Fprintf(stderr, "redlock status: whether a quorum holds %q is unknown: %d of %d nodes answered, and the others could make a quorum (%d) hold it\n",
+				in.Resource, in.Answered, in.Nodes, in.Quorum)
+			return exitUnavailable
+		case redlock.Free:
+			code = exitFree
 		}
 	}
 	return code
 }
 
-// verdict says whether a quorum holds a resource, from the most nodes that
-// hold one value (most), and how many nodes could not say (unknown): they
-// may hold anything, so a verdict that depends on them is "unknown".
-func verdict(most, unknown, n, quorum int) string {
-	switch {
-	case most >= quorum:
-		return "held"
-	case most+unknown >= quorum:
-		return "unknown"
-	case most == 0 && unknown == 0:
-		return "free"
+// withElections adds the resources of the elections named to resources,
+// and refuses an empty name; code >= 0 when the invocation ends here.
+func withElections(fs *flag.FlagSet, resources []string, elections []string) ([]string, int) {
+	for _, e := range elections {
+		if e == "" {
+			return nil, usageError(fs, fs.Output(), "--election has an empty NAME")
+		}
+		resources = append(resources, electionPrefix+e)
 	}
-	return "not_held"
+	for _, r := range resources {
+		if r == "" {
+			return nil, usageError(fs, fs.Output(), "an empty RESOURCE name")
+		}
+	}
+	return resources, -1
 }
 
-// ask reads each resource's value, ttl and fencing counter on one node.
-func ask(n node, resources []string, timeout time.Duration) []nodeState {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	type cmds struct {
-		get     *redis.StringCmd
-		pttl    *redis.DurationCmd
-		counter *redis.StringCmd
+// operatorClient checks the node flags of status and release, and returns
+// a Redlock on the nodes; code >= 0 when the invocation ends here.
+func operatorClient(fs *flag.FlagSet, c *common, stderr io.Writer) (*redlock.Redlock, []node, int) {
+	if !given(fs, "node-timeout") {
+		c.nodeTimeout = defaultNodeTimeout
 	}
-	// answered reports whether an error reply came from the commands (a
-	// WRONGTYPE is one command's answer), not from setting up the
-	// connection (a wrong password: then no command ran).
-	answered := func(cs []cmds) bool {
-		for _, c := range cs {
-			if c.get.Err() != nil || c.pttl.Err() != nil || c.counter.Err() != nil {
-				return true
-			}
-		}
-		return false
+	if c.nodeTimeout <= 0 {
+		return nil, nil, usageError(fs, stderr, "--node-timeout %v is not positive", c.nodeTimeout)
 	}
-	cs := make([]cmds, len(resources))
-	_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range resources {
-			cs[i] = cmds{p.Get(ctx, r), p.PTTL(ctx, r), p.Get(ctx, redlock.FenceKey(r))}
-		}
-		return nil
-	})
-	if err != nil && (errors.Is(err, redis.Nil) || isReply(err) && answered(cs)) {
-		err = nil // the commands' own answers (nil, WRONGTYPE), read below
+	nodes, err := dial(c.nodes, c.nodeTimeout)
+	if err != nil {
+		return nil, nil, usageError(fs, stderr, "%v", err)
 	}
-	out := make([]nodeState, len(resources))
-	for i := range resources {
-		s := nodeState{Node: n.name, State: "unknown"}
-		if err != nil {
-			s.Error = err.Error()
-			out[i] = s
-			continue
+	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(c.nodeTimeout))
+	if err != nil {
+		closeNodes(nodes)
+		return nil, nil, usageError(fs, stderr, "%s", plain(err, nodes...))
+	}
+	return rl, nodes, -1
+}
+
+// operatorRefused says why Inspect or ForceRelease refused to run (a
+// resource that is one of redlock's own keys), and returns the exit code.
+func operatorRefused(fs *flag.FlagSet, stderr io.Writer, err error, nodes []node) int {
+	if errors.Is(err, redlock.ErrInvalidArgument) {
+		return usageError(fs, stderr, "%s", plain(err, nodes...))
+	}
+	fmt.Fprintf(stderr, "redlock %s: %s\n", fs.Name(), plain(err, nodes...))
+	return exitUnavailable
+}
+
+// inspectAll inspects the resources, all at once: each waits for the
+// nodes no longer than the node timeout, so that the whole takes one.
+func inspectAll(rl *redlock.Redlock, resources []string) ([]redlock.Inspection, error) {
+	ins := make([]redlock.Inspection, len(resources))
+	errs := make([]error, len(resources))
+	var wg sync.WaitGroup
+	for i, r := range resources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ins[i], errs[i] = rl.Inspect(context.Background(), r)
+		}()
+	}
+	wg.Wait()
+	return ins, errors.Join(errs...)
+}
+
+// stateWord is a state as status prints it.
+func stateWord(s redlock.State) string { return strings.ToUpper(s.String()) }
+
+// kindWords is a kind as status prints it.
+func kindWords(k redlock.Kind) string {
+	switch k {
+	case redlock.KindNone:
+		return "nothing holds it"
+	case redlock.KindShared:
+		return "shared lock"
+	}
+	return string(k)
+}
+
+// writeInspection writes in as text: a line with the resource, its state
+// and kind, then what holds it and the nodes that did not answer.
+func writeInspection(w *strings.Builder, in redlock.Inspection, nodes []node) {
+	fmt.Fprintf(w, "%s: %s (%s; %d of %d nodes answered, quorum %d)\n",
+		in.Resource, stateWord(in.State), kindWords(in.Kind), in.Answered, in.Nodes, in.Quorum)
+	switch in.Kind {
+	case redlock.KindSemaphore:
+		fmt.Fprintf(w, "  permits in use: %d of %d\n", in.InUse, in.Permits)
+	case redlock.KindShared:
+		waits := "no writer waits"
+		if in.WriterWaiting {
+			waits = "a writer waits for them to leave"
 		}
-		s.spoke = true
-		v, err := cs[i].get.Result()
+		fmt.Fprintf(w, "  readers: %d; %s\n", in.InUse, waits)
+	case redlock.KindElection:
+		if in.Term > 0 {
+			fmt.Fprintf(w, "  leader: %s (term %d)\n", in.Leader, in.Term)
+		} else {
+			fmt.Fprintf(w, "  leader: none on a quorum\n")
+		}
+	}
+	holders := in.Holders
+	if in.Kind == redlock.KindSemaphore {
+		holders = slices.Clone(holders)
+		slices.SortStableFunc(holders, func(a, b redlock.Holder) int { return a.Permit - b.Permit })
+	}
+	tokens := slices.ContainsFunc(holders, func(h redlock.Holder) bool { return h.Token > 0 })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, h := range holders {
+		role := "holder"
+		switch in.Kind {
+		case redlock.KindSemaphore:
+			role = fmt.Sprintf("permit %d", h.Permit)
+		case redlock.KindShared:
+			role = "reader"
+		}
+		quorum := ""
+		if !h.OnQuorum {
+			quorum = " (not a quorum)"
+		}
+		token := ""
 		switch {
-		case err == nil:
-			s.State, s.Value = "held", v
-			if d, err := cs[i].pttl.Result(); err == nil && d > 0 {
-				s.ttl, s.TTLms = d, d.Milliseconds()
+		case h.Token > 0 && in.Kind == redlock.KindElection:
+			token = fmt.Sprintf("term %d\t", h.Token)
+		case h.Token > 0:
+			token = fmt.Sprintf("token %d (fenced)\t", h.Token)
+		case tokens:
+			token = "no token\t"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\tttl %v\ton %d of %d nodes%s\t%svalue %s\n",
+			role, identityWords(h.Identity), h.TTL.Round(time.Millisecond), h.Nodes, in.Nodes, quorum, token, h.Value)
+	}
+	_ = tw.Flush()
+	if len(in.Waiters) > 0 {
+		fmt.Fprintf(w, "  waiters (fair queue, head first):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for i, q := range in.Waiters {
+			fmt.Fprintf(tw, "  %d.\t%s\ton %d of %d nodes\tid %s\n", i+1, identityWords(q.Identity), q.Nodes, in.Nodes, q.ID)
+		}
+		_ = tw.Flush()
+	}
+	if in.Counter > 0 {
+		what := "fencing counter"
+		if in.Kind == redlock.KindElection {
+			what = "last term"
+		}
+		fmt.Fprintf(w, "  %s: %d\n", what, in.Counter)
+	}
+	for _, e := range nodeFailures(in, nodes) {
+		fmt.Fprintf(w, "  node %s did not answer: %s\n", e.Node, e.Error)
+	}
+}
+
+// identityWords is an identity as status prints it.
+func identityWords(id string) string {
+	if id == "" {
+		return "(no identity)"
+	}
+	return id
+}
+
+// nodeFailure is one node that did not answer an inspection.
+type nodeFailure struct {
+	Node  string `json:"node"`  // its address
+	Error string `json:"error"` // why, in command-line words
+}
+
+// nodeFailures returns in's node errors, each named by its node.
+func nodeFailures(in redlock.Inspection, nodes []node) []nodeFailure {
+	out := []nodeFailure{}
+	for _, err := range in.Errors {
+		f := nodeFailure{Node: "?", Error: plain(err, nodes...)}
+		var ne *redlock.NodeError
+		if errors.As(err, &ne) {
+			f.Node, f.Error = ne.Addr, plain(ne.Err, nodes...)
+			if ne.Node < len(nodes) {
+				f.Node = nodes[ne.Node].name
 			}
-		case errors.Is(err, redis.Nil):
-			s.State = "free"
-		case redis.HasErrorPrefix(err, "WRONGTYPE"):
-			s.Error = "the key holds another type, not a lock (WRONGTYPE)"
-		default:
-			s.Error = err.Error()
 		}
-		if s.State != "unknown" {
-			held := s.State == "held"
-			s.Held = &held
-		}
-		if v, err := cs[i].counter.Result(); err == nil {
-			s.Counter, _ = strconv.ParseUint(v, 10, 64)
-		}
-		out[i] = s
+		out = append(out, f)
 	}
 	return out
 }
 
-// printStatus writes the states as text, one block per resource.
-func printStatus(w io.Writer, states []resourceState) {
-	for i, s := range states {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "%s\n", s.Resource)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, n := range s.Nodes {
-			switch {
-			case n.State == "unknown":
-				fmt.Fprintf(tw, "  %s\tunknown\t\t\t(%s)\n", n.Node, n.Error)
-			case n.State == "held":
-				fmt.Fprintf(tw, "  %s\theld by %s\tttl %v\tfence counter %d\t\n", n.Node, n.Value, n.ttl.Round(time.Millisecond), n.Counter)
-			default:
-				fmt.Fprintf(tw, "  %s\tnot held\t\tfence counter %d\t\n", n.Node, n.Counter)
-			}
-		}
-		_ = tw.Flush()
-		unknown := len(s.Nodes) - s.Answered
-		switch s.Verdict {
-		case "held":
-			fmt.Fprintf(w, "  HELD: %d of %d nodes hold value %s (quorum %d)", s.HeldOn, len(s.Nodes), s.Value, s.Quorum)
-		case "unknown":
-			fmt.Fprintf(w, "  UNKNOWN: %d of %d nodes could not say, and a quorum may hold it (%d hold one value; quorum %d)", unknown, len(s.Nodes), s.HeldOn, s.Quorum)
-		case "not_held":
-			if s.HeldOn == 0 {
-				fmt.Fprintf(w, "  NOT HELD by a quorum: no node that answered holds it (%d of %d could not say; quorum %d)", unknown, len(s.Nodes), s.Quorum)
-				break
-			}
-			fmt.Fprintf(w, "  NOT HELD by a quorum: at most %d of %d nodes hold one value (quorum %d; %d could not say)", s.HeldOn, len(s.Nodes), s.Quorum, unknown)
-		default:
-			fmt.Fprintf(w, "  FREE: no node holds it (%d of %d answered)", s.Answered, len(s.Nodes))
-		}
-		if s.Counter > 0 {
-			fmt.Fprintf(w, "; fence counter %d (%s)", s.Counter, s.FenceKey)
-		}
-		fmt.Fprintln(w)
+// The JSON of status: one inspectionJSON per resource.
+type (
+	inspectionJSON struct {
+		Resource      string        `json:"resource"`
+		Kind          string        `json:"kind"`
+		State         string        `json:"state"`
+		Nodes         int           `json:"nodes"`
+		Answered      int           `json:"answered"`
+		Quorum        int           `json:"quorum"`
+		Holders       []holderJSON  `json:"holders"`
+		InUse         int           `json:"in_use"`
+		Permits       int           `json:"permits"`
+		WriterWaiting bool          `json:"writer_waiting"`
+		Waiters       []waiterJSON  `json:"waiters"`
+		FenceCounter  uint64        `json:"fence_counter"`
+		Leader        *leaderJSON   `json:"leader"`
+		Errors        []nodeFailure `json:"errors"`
 	}
-}
+	holderJSON struct {
+		Value    string `json:"value"`
+		Identity string `json:"identity"`
+		TTLms    int64  `json:"ttl_ms"`
+		Nodes    int    `json:"nodes"`
+		OnQuorum bool   `json:"on_quorum"`
+		Token    uint64 `json:"token"`
+		Permit   int    `json:"permit"`
+	}
+	waiterJSON struct {
+		ID       string `json:"id"`
+		Identity string `json:"identity"`
+		Nodes    int    `json:"nodes"`
+	}
+)
 
-// isReply reports whether err is an error reply of the node (it answered),
-// not a network error or a timeout.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
+// jsonInspections returns the JSON shape of ins.
+func jsonInspections(ins []redlock.Inspection, nodes []node) []inspectionJSON {
+	out := make([]inspectionJSON, 0, len(ins))
+	for _, in := range ins {
+		j := inspectionJSON{
+			Resource: in.Resource, Kind: string(in.Kind), State: in.State.String(),
+			Nodes: in.Nodes, Answered: in.Answered, Quorum: in.Quorum,
+			Holders: []holderJSON{}, InUse: in.InUse, Permits: in.Permits, WriterWaiting: in.WriterWaiting,
+			Waiters: []waiterJSON{}, FenceCounter: in.Counter, Errors: nodeFailures(in, nodes),
+		}
+		if in.Kind == redlock.KindNone {
+			j.Kind = "none"
+		}
+		for _, h := range in.Holders {
+			j.Holders = append(j.Holders, holderJSON{Value: h.Value, Identity: h.Identity, TTLms: h.TTL.Milliseconds(),
+				Nodes: h.Nodes, OnQuorum: h.OnQuorum, Token: h.Token, Permit: h.Permit})
+		}
+		for _, q := range in.Waiters {
+			j.Waiters = append(j.Waiters, waiterJSON{ID: q.ID, Identity: q.Identity, Nodes: q.Nodes})
+		}
+		if in.Term > 0 {
+			j.Leader = &leaderJSON{ID: &in.Leader, Term: &in.Term}
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // parsePositional parses fs's flags anywhere among args, and returns the
