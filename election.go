@@ -167,7 +167,7 @@ func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, o
 // begin starts the term of lock: its context and its extender.
 func (e *Election) begin(ctx context.Context, cfg *config, id string, ttl time.Duration, lock *Lock) (*Term, error) {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	t := &Term{id: id, lock: lock, ctx: withToken(tctx, lock.token), cancel: cancel, done: make(chan struct{})}
+	t := &Term{id: id, lock: lock, ctx: withHeld(tctx, lock), cancel: cancel, done: make(chan struct{})}
 	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}
 	go t.ext.run(tctx)
 	if !e.r.terms.add(t) { // closed while it campaigned

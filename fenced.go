@@ -144,8 +144,14 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, value str
 	return wst, token
 }
 
-// tokenKey is the context key of the fencing token that Using gives fn.
-type tokenKey struct{}
+// heldKey is the context key of the lock that Using gives fn (held).
+type heldKey struct{}
+
+// held is what fn's context says of its lock: its token and its value.
+type held struct {
+	token uint64
+	value string
+}
 
 // TokenFrom returns the fencing token of the lock that a fenced
 // [Redlock.Using] runs fn under, from fn's context (or one derived from
@@ -156,16 +162,26 @@ func TokenFrom(ctx context.Context) (uint64, bool) {
 	if ctx == nil {
 		return 0, false
 	}
-	t, ok := ctx.Value(tokenKey{}).(uint64)
-	return t, ok && t != 0
+	h, ok := ctx.Value(heldKey{}).(held)
+	return h.token, ok && h.token != 0
 }
 
-// withToken returns ctx carrying token. An unfenced lock (token 0) hides a
-// token that ctx carries already (a fenced Using around it, for other
-// resources), so that TokenFrom never hands fn a token of another lock.
-func withToken(ctx context.Context, token uint64) context.Context {
-	if token == 0 && ctx.Value(tokenKey{}) == nil {
-		return ctx
+// ValueFrom returns the value of the lock that [Redlock.Using] runs fn
+// under ([Lock.Value]: what [Redlock.Inspect] shows and
+// [Redlock.ForceRelease] takes), from fn's context (or one derived from
+// it), and true; from a [Term]'s context, its term's lock value. It
+// returns "" and false for any other context.
+func ValueFrom(ctx context.Context) (string, bool) {
+	if ctx == nil {
+		return "", false
 	}
-	return context.WithValue(ctx, tokenKey{}, token)
+	h, ok := ctx.Value(heldKey{}).(held)
+	return h.value, ok && h.value != ""
+}
+
+// withHeld returns ctx carrying lock's token and value, in place of any
+// that ctx carries already (a Using around it, for other resources), so
+// that TokenFrom and ValueFrom never hand fn another lock's.
+func withHeld(ctx context.Context, lock *Lock) context.Context {
+	return context.WithValue(ctx, heldKey{}, held{lock.token, lock.value})
 }

@@ -613,3 +613,27 @@ func TestForceReleaseOfValuesNotHeld(t *testing.T) {
 	assert.NoError(t, err)
 	assert.NoError(t, f.rl.ForceRelease(ctx, "free"), "a free resource: nothing to do")
 }
+
+// Using gives fn its lock's value, as Inspect shows it; an inner Using
+// gives its own.
+func TestValueFrom(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	_, ok := redlock.ValueFrom(ctx)
+	assert.False(t, ok)
+	err := f.rl.Using(ctx, []string{"outer"}, time.Minute, func(ctx context.Context) error {
+		outer, ok := redlock.ValueFrom(ctx)
+		require.True(t, ok)
+		assert.Equal(t, outer, inspect(t, f, "outer").Holders[0].Value)
+		return f.rl.Using(ctx, []string{"inner"}, time.Minute, func(ctx context.Context) error {
+			inner, ok := redlock.ValueFrom(ctx)
+			require.True(t, ok)
+			assert.NotEqual(t, outer, inner)
+			assert.Equal(t, inner, inspect(t, f, "inner").Holders[0].Value)
+			_, fenced := redlock.TokenFrom(ctx)
+			assert.False(t, fenced, "an unfenced inner lock hides the outer's token")
+			return nil
+		})
+	}, redlock.WithFencing(true))
+	require.NoError(t, err)
+}

@@ -95,7 +95,7 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	fnCtx := withToken(cctx, lock.token)
+	fnCtx := withHeld(cctx, lock)
 	ext := &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{})}
 	go ext.run(ctx)
 
