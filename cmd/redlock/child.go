@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,7 +64,7 @@ func (c *child) run(sigs <-chan os.Signal, keep keepFunc) ended {
 		// read the terminal, and gets Ctrl-C itself.
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
 	}
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(withoutNodes(os.Environ()), c.env...)
 	// The parent-death signal comes when the thread that started the
 	// command exits: this goroutine keeps its thread until the command
 	// has exited, so that only redlock's death sends it.
@@ -207,6 +209,23 @@ func untilSignal(ctx context.Context, sigs <-chan os.Signal, ignore func(os.Sign
 	close(stopped)
 	<-watched
 	return sig
+}
+
+// nodeVars are the variables of redlock's environment that hold node URLs,
+// passwords included: the command does not get them (the nodes' passwords
+// are redlock's; a command that needs Redis is given its own URL).
+var nodeVars = []string{"REDLOCK_NODES"}
+
+// withoutNodes returns env without nodeVars.
+func withoutNodes(env []string) []string {
+	kept := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(nodeVars, name) {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
 }
 
 // exitCode is the command's exit code, 128+n when signal n killed it.

@@ -76,27 +76,28 @@ func electVerb(args []string, stdout, stderr io.Writer) int {
 	}
 	f := *fp
 	if code := f.check(fs, stderr); code >= 0 {
-		return code
+		return f.reported("elect", stderr, code, kindUsage)
 	}
 	switch {
 	case given(fs, "id") && f.id == "":
-		return usageError(fs, stderr, "--id is empty: give the candidate's name (a hostname, a pod name), or leave --id out for the hostname")
+		return f.reported("elect", stderr, usageError(fs, stderr, "--id is empty: give the candidate's name (a hostname, a pod name), or leave --id out for the hostname"), kindUsage)
 	case len(f.id) > 1024:
-		return usageError(fs, stderr, "--id is %d bytes long: give at most 1024", len(f.id))
+		return f.reported("elect", stderr, usageError(fs, stderr, "--id is %d bytes long: give at most 1024", len(f.id)), kindUsage)
 	case f.id == "":
 		h, err := os.Hostname()
 		if err != nil || h == "" {
-			return usageError(fs, stderr, "no --id, and the hostname is unknown (%v): give --id", err)
+			return f.reported("elect", stderr, usageError(fs, stderr, "no --id, and the hostname is unknown (%v): give --id", err), kindUsage)
 		}
 		f.id = h
 	}
 	nodes, err := dial(f.nodes, f.nodeTimeout)
 	if err != nil {
-		return usageError(fs, stderr, "%v", err)
+		return f.reported("elect", stderr, usageError(fs, stderr, "%v", err), kindUsage)
 	}
 	defer closeNodes(nodes)
-	e := &elector{electFlags: f, name: positional[0], command: command, stderr: stderr, log: logger(f.verbose, stderr)}
-	return e.elect(nodes)
+	e := &elector{electFlags: f, name: positional[0], command: command, stderr: stderr, log: logger(f.verbose, stderr), kind: kindCommand}
+	code = e.elect(nodes)
+	return f.reported("elect", stderr, code, e.kind)
 }
 
 // elector is one elect: campaign, run the command while leading, resign;
@@ -107,6 +108,7 @@ type elector struct {
 	command []string
 	stderr  io.Writer
 	log     *slog.Logger
+	kind    string // whose exit code elect returns, for --report
 }
 
 // stops reports whether s stops redlock elect --forever: SIGHUP does not
@@ -123,12 +125,13 @@ func (e *elector) elect(nodes []node) int {
 
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(e.nodeTimeout), redlock.WithErrorHandler(nodeTrouble(e.log)))
 	if err != nil {
-		fmt.Fprintf(e.stderr, "redlock elect: %s\n", plain(err))
+		fmt.Fprintf(e.stderr, "redlock elect: %s\n", plain(err, nodes...))
+		e.kind = kindUsage
 		return exitUsage
 	}
 	defer func() { // waits for resignations still on their way
 		if err := rl.Close(); err != nil {
-			e.log.Warn("a resignation may not have reached every node", "err", err)
+			e.log.Warn("a resignation may not have reached every node", "err", plain(err))
 		}
 	}()
 	el := rl.Election(e.name)
@@ -138,6 +141,7 @@ func (e *elector) elect(nodes []node) int {
 			pause := time.Until(started.Add(restartPause))
 			if sig := untilSignal(context.Background(), sigs, e.ignored, func(ctx context.Context) { sleep(ctx, pause) }); sig != nil {
 				e.log.Info("stopped by a signal", "signal", sig)
+				e.kind = kindStopped
 				return 0
 			}
 		}
@@ -154,8 +158,10 @@ func (e *elector) elect(nodes []node) int {
 		e.resign(tk.term)
 		switch {
 		case !end.started:
+			e.kind = startKind(end.code)
 			return end.code
 		case !e.forever && end.lost:
+			e.kind = kindLost
 			return exitLost
 		case !e.forever:
 			return end.code
@@ -163,6 +169,7 @@ func (e *elector) elect(nodes []node) int {
 		for _, s := range end.signals {
 			if stops(s) {
 				e.log.Info("stopped by a signal", "signal", s, "command's exit code", end.code)
+				e.kind = kindStopped
 				return 0
 			}
 		}
@@ -184,17 +191,10 @@ func (e *elector) ignored(s os.Signal) bool {
 // the wait. It returns the term's keeper, or nil and the exit code.
 func (e *elector) campaign(el *redlock.Election, sigs <-chan os.Signal) (*termKeeper, int) {
 	tk := &termKeeper{elector: e, extended: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if !e.wait.forever && e.wait.d > 0 {
-		ctx, cancel = context.WithTimeout(ctx, e.wait.d)
-		defer cancel()
-	}
-	if !e.wait.forever && e.wait.d == 0 {
-		// A campaign tries until its ctx ends: --wait 0 ends it after its
-		// first attempt, from the observer (see attempt).
-		tk.once = cancel
-	}
+	// A campaign tries until its ctx ends: the waiter ends it when --wait
+	// has passed (--wait 0: at once), after a whole attempt at least.
+	tk.w = newWaiter(e.wait)
+	defer tk.w.stop()
 	// Extensions start when half the ttl is left (earlier with a long
 	// --kill-grace), as run's keeper's do: with ttl/10 to spare before the
 	// command must be told (see keep).
@@ -203,12 +203,13 @@ func (e *elector) campaign(el *redlock.Election, sigs <-chan os.Signal) (*termKe
 	e.log.Info("campaigning", "election", e.name, "id", e.id)
 	var term *redlock.Term
 	var err error
-	sig := untilSignal(ctx, sigs, e.ignored, func(ctx context.Context) { term, err = el.Campaign(ctx, e.id, e.ttl, opts...) })
+	sig := untilSignal(tk.w.ctx, sigs, e.ignored, func(ctx context.Context) { term, err = el.Campaign(ctx, e.id, e.ttl, opts...) })
 	code := 0
 	if sig != nil {
 		code = 128 + int(sig.(syscall.Signal))
+		e.kind = kindSignal
 		if e.forever {
-			code = 0
+			code, e.kind = 0, kindStopped
 		}
 	}
 	if err == nil && sig != nil {
@@ -227,17 +228,21 @@ func (e *elector) campaign(el *redlock.Election, sigs <-chan os.Signal) (*termKe
 		return nil, code
 	case errors.Is(err, redlock.ErrInvalidArgument):
 		fmt.Fprintf(e.stderr, "redlock elect: %s\n", plain(err))
+		e.kind = kindUsage
 		return nil, exitUsage
 	case errors.Is(err, redlock.ErrResourceLocked) || tk.contended():
-		e.log.Info("another candidate leads", "election", e.name, "err", err)
+		e.log.Info("another candidate leads", "election", e.name, "err", plain(err))
+		e.kind = kindConflict
 		return nil, e.conflict
-	case tk.first != nil && errors.Is(err, context.Canceled):
-		// --wait 0 ended the campaign after one attempt: its votes say
+	case tk.last != nil && tk.w.ended():
+		// --wait ended the campaign: its last whole attempt's votes say
 		// why, not the cancelled context.
-		fmt.Fprintf(e.stderr, "redlock elect: no quorum in one attempt (--wait 0): %s\n", votes(tk.first))
+		fmt.Fprintf(e.stderr, "redlock elect: no quorum when --wait %v ended: %s\n", &e.wait, votes(tk.last))
+		e.kind = kindUnavailable
 		return nil, exitUnavailable
 	}
 	fmt.Fprintf(e.stderr, "redlock elect: %s\n", plain(err))
+	e.kind = kindUnavailable
 	return nil, exitUnavailable
 }
 
@@ -263,19 +268,19 @@ type termKeeper struct {
 	// winning attempt's start + its validity, then each extension's.
 	validTo  atomic.Int64
 	extended chan struct{} // poked by each extension
-	// With --wait 0: once cancels the campaign after its first attempt,
-	// and first is that attempt's votes (written by the campaign's
-	// goroutine, which reads it after Campaign returned).
-	once  context.CancelFunc
-	first *redlock.ExecutionStats
+	// w ends the campaign when --wait has passed; last is the votes of
+	// the campaign's last attempt made before that (written by the
+	// campaign's goroutine, which reads it after Campaign returned).
+	w    *waiter
+	last *redlock.ExecutionStats
 }
 
 // until is the term's validity as the observer last saw it.
 func (k *termKeeper) until() time.Time { return time.Unix(0, k.validTo.Load()) }
 
 // attempt is the observer of the campaign's and the term's attempts: it
-// records the validity each won attempt gives, and ends a --wait 0
-// campaign after its first attempt.
+// records the validity each won attempt gives, and the votes of each lost
+// one, and tells the waiter (which may end the campaign).
 func (k *termKeeper) attempt(a redlock.AttemptInfo) {
 	switch {
 	case a.Won && (a.Op == redlock.OpAcquire || a.Op == redlock.OpExtend):
@@ -293,26 +298,28 @@ func (k *termKeeper) attempt(a redlock.AttemptInfo) {
 			default:
 			}
 		}
-	case a.Op == redlock.OpAcquire && k.once != nil && k.first == nil:
+	case a.Op == redlock.OpAcquire && k.w.ctx.Err() == nil:
+		// An attempt that ends after the waiter ended the campaign was
+		// cut short: its votes say nothing.
 		st := a.Stats
-		k.first = &st
-		k.once()
+		k.last = &st
+		k.w.attempt(a)
 	}
 }
 
-// contended reports whether --wait 0's one attempt found the election led
-// by another: held on more nodes than a quorum leaves out.
+// contended reports whether the campaign's last whole attempt found the
+// election led by another: held on more nodes than a quorum leaves out.
 func (k *termKeeper) contended() bool {
-	if k.first == nil {
+	if k.last == nil {
 		return false
 	}
 	held := 0
-	for _, v := range k.first.VotesAgainst {
+	for _, v := range k.last.VotesAgainst {
 		if errors.Is(v, redlock.ErrResourceLocked) {
 			held++
 		}
 	}
-	return held > k.first.MembershipSize-k.first.QuorumSize
+	return held > k.last.MembershipSize-k.last.QuorumSize
 }
 
 // votes says an attempt's votes against, on one line.

@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock"
 )
@@ -69,7 +73,7 @@ func leaderVerb(args []string, stdout, stderr io.Writer) int {
 	defer closeNodes(nodes)
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(c.nodeTimeout))
 	if err != nil {
-		return usageError(fs, stderr, "%s", plain(err))
+		return usageError(fs, stderr, "%s", plain(err, nodes...))
 	}
 	defer func() { _ = rl.Close() }()
 	p := leaderPrinter{w: stdout, json: *asJSON}
@@ -122,8 +126,81 @@ func (p leaderPrinter) print(l redlock.Leader, err error, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "redlock leader: %s\n", plain(err))
 		return exitUsage
 	default: // each node's error on a line of its own: one line
-		fmt.Fprintf(stderr, "redlock leader: %s\n", strings.ReplaceAll(plain(err), "\n", "; "))
+		fmt.Fprintf(stderr, "redlock leader: %s\n", strings.ReplaceAll(refusedNotSilent(err, plain(err)), "\n", "; "))
 		return exitUnavailable
 	}
 	return 0
+}
+
+// silentNodes is the library's count of the nodes that did not tell, all
+// said to have not answered.
+var silentNodes = regexp.MustCompile(`(\d+) of (\d+) nodes did not answer`)
+
+// refusedNotSilent rewrites text, Leader's err in plain words, so that
+// nodes that answered with a refusal (a wrong password, an ACL) are said to
+// have refused, not to have not answered.
+func refusedNotSilent(err error, text string) string {
+	refused, why := 0, map[string]bool{}
+	var reasons []string
+	for _, ne := range nodeErrors(err) {
+		var re redis.Error
+		if !errors.As(ne.Err, &re) {
+			continue
+		}
+		refused++
+		r := refusal(re.Error())
+		if !why[r] {
+			why[r] = true
+			reasons = append(reasons, r)
+		}
+	}
+	if refused == 0 {
+		return text
+	}
+	return silentNodes.ReplaceAllStringFunc(text, func(m string) string {
+		sub := silentNodes.FindStringSubmatch(m)
+		failed, _ := strconv.Atoi(sub[1])
+		said := fmt.Sprintf("%d of %s nodes refused (%s)", refused, sub[2], strings.Join(reasons, "; "))
+		if silent := failed - refused; silent > 0 {
+			said += fmt.Sprintf(" and %d did not answer", silent)
+		}
+		return said
+	})
+}
+
+// refusal says in a few words why a node refused, from its error reply.
+func refusal(reply string) string {
+	switch {
+	case strings.HasPrefix(reply, "WRONGPASS"):
+		return "authentication failed: the user or password in the node's URL is wrong, or the user is disabled"
+	case strings.HasPrefix(reply, "NOAUTH"):
+		return "authentication failed: the node requires a password: give it in the node's URL, redis://:PASSWORD@host:6379"
+	case strings.HasPrefix(reply, "NOPERM"):
+		return "permission denied: the ACL user of the node's URL may not run redlock's scripts"
+	}
+	return "it answered " + strconv.Quote(reply)
+}
+
+// nodeErrors returns the node errors in err's tree.
+func nodeErrors(err error) []*redlock.NodeError {
+	var found []*redlock.NodeError
+	var walk func(error)
+	walk = func(err error) {
+		if ne, ok := err.(*redlock.NodeError); ok {
+			found = append(found, ne)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			if next := u.Unwrap(); next != nil {
+				walk(next)
+			}
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		}
+	}
+	walk(err)
+	return found
 }

@@ -176,7 +176,7 @@ func TestExitCodePassesThrough(t *testing.T) {
 	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
 	require.Len(t, parts, 3)
 	assert.Equal(t, "a,b", parts[0])
-	assert.Len(t, parts[1], 32)
+	assert.Regexp(t, `^[0-9a-f]{32}(@\S+)?$`, parts[1], "the value: 32 hex digits, then the identity (WithIdentity) when there is one")
 	assert.Equal(t, "1", parts[2])
 }
 
@@ -792,7 +792,7 @@ func TestPermitsAndShared(t *testing.T) {
 		return n >= 2
 	}, 10*time.Second, 5*time.Millisecond, "a permit held on a quorum")
 	r = c.run(t, "run", "--permits", "3", "render", "--", "true")
-	assert.Equal(t, exitUsage, r.code, "another --permits: %s", r.stderr)
+	assert.Equal(t, exitConflict, r.code, "another --permits: a conflict (issue 33): %s", r.stderr)
 	assert.Contains(t, r.stderr, "semaphore of 2 permits, not 3")
 	require.NoError(t, holder.Wait())
 

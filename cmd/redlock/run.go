@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // waitFlag is --wait: a duration, or "forever".
@@ -58,6 +60,7 @@ type holdFlags struct {
 	wait      waitFlag
 	conflict  int
 	killGrace time.Duration
+	report    bool
 }
 
 // holdText is what the help of holdFlags says that differs between verbs.
@@ -76,6 +79,37 @@ func (h *holdFlags) register(fs *flag.FlagSet, ttl time.Duration, wait waitFlag,
 	fs.Var(&h.wait, "wait", text.wait)
 	fs.IntVar(&h.conflict, "conflict-exit-code", exitConflict, fmt.Sprintf("the exit code when the wait for the %s ended without it", text.noun))
 	fs.Var((*seconds)(&h.killGrace), "kill-grace", fmt.Sprintf("time between SIGTERM and SIGKILL to the command when the %s is lost, a `duration` (default ttl/4, at most ttl/2)", text.noun))
+	fs.BoolVar(&h.report, "report", false, "print one last line on stderr saying whose exit code it is: \"redlock VERB: exit N (KIND)\" (see Exit codes)")
+}
+
+// The kinds of exit that --report names: whose exit code it is.
+const (
+	kindCommand     = "command"     // the command's own
+	kindConflict    = "conflict"    // held by another (led by another) when the wait ended
+	kindUnavailable = "unavailable" // no quorum, for other reasons than contention
+	kindLost        = "lost"        // lost while the command ran
+	kindSignal      = "signal"      // a signal ended the wait, before the command started
+	kindStopped     = "stopped"     // elect --forever: a signal stopped it (exit 0)
+	kindCannotRun   = "cannot-run"  // the command could not be started
+	kindNotFound    = "not-found"   // the command was not found
+	kindUsage       = "usage"       // a usage error
+)
+
+// reported prints, with --report, the line that says whose exit code code
+// is, and returns code. It is the last line redlock prints.
+func (h *holdFlags) reported(verb string, stderr io.Writer, code int, kind string) int {
+	if h.report {
+		fmt.Fprintf(stderr, "redlock %s: exit %d (%s)\n", verb, code, kind)
+	}
+	return code
+}
+
+// startKind is the kind of exit of a command that did not start.
+func startKind(code int) string {
+	if code == exitNotFound {
+		return kindNotFound
+	}
+	return kindCannotRun
 }
 
 // check refuses what cannot work, and fills in the defaults that depend
@@ -155,23 +189,24 @@ func runVerb(args []string, stdout, stderr io.Writer) int {
 	}
 	f := *fp
 	if code := f.check(fs, stderr); code >= 0 {
-		return code
+		return f.reported("run", stderr, code, kindUsage)
 	}
 	switch {
 	case f.permits < 1 || f.permits > 1024:
-		return usageError(fs, stderr, "--permits %d is outside 1 to 1024", f.permits)
+		return f.reported("run", stderr, usageError(fs, stderr, "--permits %d is outside 1 to 1024", f.permits), kindUsage)
 	case f.permits > 1 && f.shared:
-		return usageError(fs, stderr, "--permits and --shared together: a run takes a permit or a shared lock, not both")
+		return f.reported("run", stderr, usageError(fs, stderr, "--permits and --shared together: a run takes a permit or a shared lock, not both"), kindUsage)
 	case f.fencing && (f.permits > 1 || f.shared):
-		return usageError(fs, stderr, "--fencing with --permits or --shared: a fencing token orders holders that exclude each other; fence the exclusive run that writes")
+		return f.reported("run", stderr, usageError(fs, stderr, "--fencing with --permits or --shared: a fencing token orders holders that exclude each other; fence the exclusive run that writes"), kindUsage)
 	}
 	nodes, err := dial(f.nodes, f.nodeTimeout)
 	if err != nil {
-		return usageError(fs, stderr, "%v", err)
+		return f.reported("run", stderr, usageError(fs, stderr, "%v", err), kindUsage)
 	}
 	defer closeNodes(nodes)
-	r := &runner{runFlags: f, resources: resources, command: command, stderr: stderr, log: logger(f.verbose, stderr)}
-	return r.run(nodes)
+	r := &runner{runFlags: f, resources: resources, command: command, stderr: stderr, log: logger(f.verbose, stderr), kind: kindCommand}
+	code = r.run(nodes)
+	return f.reported("run", stderr, code, r.kind)
 }
 
 // parseRun parses run's arguments: flags, then RESOURCE[,RESOURCE...], then
@@ -265,6 +300,7 @@ type runner struct {
 	command   []string
 	stderr    io.Writer
 	log       *slog.Logger
+	kind      string // whose exit code run returns, for --report
 }
 
 func (r *runner) run(nodes []node) int {
@@ -278,12 +314,13 @@ func (r *runner) run(nodes []node) int {
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
 		redlock.WithPermits(r.permits), redlock.WithShared(r.shared), redlock.WithErrorHandler(nodeTrouble(r.log)))
 	if err != nil {
-		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
+		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err, nodes...))
+		r.kind = kindUsage
 		return exitUsage
 	}
 	defer func() { // waits for releases still on their way
 		if err := rl.Close(); err != nil {
-			r.log.Warn("a release may not have reached every node", "err", err)
+			r.log.Warn("a release may not have reached every node", "err", plain(err))
 		}
 	}()
 
@@ -304,9 +341,11 @@ func (r *runner) run(nodes []node) int {
 	switch {
 	case !e.started:
 		r.release(lock, false)
+		r.kind = startKind(e.code)
 		return e.code
 	case e.lost:
 		r.release(k.lock, true)
+		r.kind = kindLost
 		return exitLost
 	}
 	r.release(k.lock, false)
@@ -322,7 +361,8 @@ func nodeTrouble(log *slog.Logger) func(error) {
 	return func(err error) {
 		var ne *redlock.NodeError
 		var rle *redlock.ResourceLockedError
-		if !errors.As(err, &ne) || errors.As(err, &rle) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if !errors.As(err, &ne) || errors.As(err, &rle) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+			mixedKinds(err) != "" { // contention with a run of another kind: said once, as a conflict
 			return
 		}
 		mu.Lock()
@@ -330,7 +370,7 @@ func nodeTrouble(log *slog.Logger) func(error) {
 		said[ne.Node] = true
 		mu.Unlock()
 		if first {
-			log.Warn("a node failed", "node", ne.Addr, "op", ne.Op, "err", ne.Err)
+			log.Warn("a node failed", "node", ne.Addr, "op", ne.Op, "err", plain(ne.Err))
 		}
 	}
 }
@@ -338,24 +378,32 @@ func nodeTrouble(log *slog.Logger) func(error) {
 // acquire takes the lock, waiting as --wait says; a signal ends the wait.
 // It returns the lock, or nil and the exit code.
 func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.Lock, int) {
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	opts := []redlock.Option{redlock.WithRetryCount(-1)}
-	switch {
-	case r.wait.forever:
-	case r.wait.d == 0:
+	w := newWaiter(r.wait)
+	defer w.stop()
+	opts := []redlock.Option{redlock.WithRetryCount(-1), redlock.WithObserver(&redlock.Observer{Attempt: w.attempt})}
+	if !r.wait.forever && r.wait.d == 0 {
 		opts = []redlock.Option{redlock.WithRetryCount(0)}
-	default:
-		ctx, cancel = context.WithTimeout(ctx, r.wait.d)
 	}
-	defer cancel()
 	var lock *redlock.Lock
 	var err error
-	sig := untilSignal(ctx, sigs, nil, func(ctx context.Context) { lock, err = rl.Acquire(ctx, r.resources, r.ttl, opts...) })
+	sig := untilSignal(w.ctx, sigs, nil, func(ctx context.Context) {
+		for {
+			lock, err = rl.Acquire(ctx, r.resources, r.ttl, opts...)
+			// A run of another kind (another --permits, --shared against
+			// --permits) holds it: the library ends the call at once, as
+			// retrying cannot change the kind; its holder may go, so the
+			// wait goes on as for any holder.
+			if err == nil || mixedKinds(err) == "" || !w.waitOn(ctx, r.wait) {
+				return
+			}
+		}
+	})
 	if err == nil && sig != nil {
 		// The signal came as the lock was granted: the command is not
 		// started.
 		r.log.Info("signal as the lock was acquired", "signal", sig)
 		r.release(lock, false)
+		r.kind = kindSignal
 		return nil, 128 + int(sig.(syscall.Signal))
 	}
 	if err == nil {
@@ -364,16 +412,152 @@ func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.L
 	switch {
 	case sig != nil:
 		r.log.Info("signal while waiting for the lock", "signal", sig)
+		r.kind = kindSignal
 		return nil, 128 + int(sig.(syscall.Signal))
+	case mixedKinds(err) != "":
+		// Not a usage error: this run is right, and another kind holds the
+		// resource; one line says which (the conflict is otherwise quiet,
+		// but a run that can never share the resource with its holder
+		// is worth a line).
+		fmt.Fprintf(r.stderr, "redlock run: %s\n", r.mixedLine(mixedKinds(err)))
+		r.kind = kindConflict
+		return nil, r.conflict
 	case errors.Is(err, redlock.ErrResourceLocked):
-		r.log.Info("held by another lock", "resources", r.resources, "err", err)
+		r.log.Info("held by another lock", "resources", r.resources, "err", plain(err))
+		r.kind = kindConflict
 		return nil, r.conflict
 	case errors.Is(err, redlock.ErrInvalidArgument):
 		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
+		r.kind = kindUsage
 		return nil, exitUsage
 	}
-	fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
+	if w.ended() {
+		fmt.Fprintf(r.stderr, "redlock run: no quorum when --wait %v ended: %s\n", &r.wait, strings.Replace(plain(err), context.Canceled.Error()+" after", "the wait ended after", 1))
+	} else {
+		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err))
+	}
+	r.kind = kindUnavailable
 	return nil, exitUnavailable
+}
+
+// mixedLine says that what holds the resource is of another kind than
+// what this run asked for: held is the node's words, "RESOURCE is a
+// semaphore of 2 permits, not 3".
+func (r *runner) mixedLine(held string) string {
+	res, what := held, held
+	if i := strings.LastIndex(held, " is a "); i >= 0 {
+		res, what = held[:i], held[i+len(" is "):]
+	}
+	holders := "another kind"
+	switch kind, _, _ := strings.Cut(what, ", not "); {
+	case strings.HasPrefix(kind, "a semaphore of "):
+		holders = "--permits " + strings.TrimSuffix(strings.TrimPrefix(kind, "a semaphore of "), " permits")
+	case kind == "a shared lock":
+		holders = "--shared"
+	}
+	asked := "an exclusive lock"
+	switch {
+	case r.permits > 1:
+		asked = fmt.Sprintf("--permits %d", r.permits)
+	case r.shared:
+		asked = "--shared"
+	}
+	return fmt.Sprintf("%q is %s: it is held by runs with %s, and this run asked for %s; every run of a resource must take the same kind "+
+		"(the same --permits, or --shared and exclusive runs), so the command did not run", res, what, holders, asked)
+}
+
+// mixedKinds returns the node's words when err says that a resource is held
+// by a lock of another kind than the one asked for ("RESOURCE is a
+// semaphore of 2 permits, not 3"), or "".
+func mixedKinds(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	i := strings.Index(s, strings.TrimPrefix(script.MixedKinds, "ERR "))
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(strings.TrimPrefix(script.MixedKinds, "ERR ")):]
+	// The reply ends where the library's text goes on: a quote, or ";".
+	if j := strings.IndexAny(s, "\";"); j >= 0 {
+		s = s[:j]
+	}
+	return s
+}
+
+// waiter ends a wait for a lock or a term when --wait has passed, but never
+// before an attempt has been made whole: a wait shorter than an attempt
+// (--wait 0.001) still learns whether another holds it, and a wait that
+// ends while another holds it is a conflict, not a deadline (the library
+// says what its last whole attempt found only when there was one).
+type waiter struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+	mu     sync.Mutex
+	made   bool // an attempt was made whole (and lost)
+	over   bool // --wait has passed
+}
+
+// newWaiter returns the waiter of w; its ctx ends the wait.
+func newWaiter(w waitFlag) *waiter {
+	wt := &waiter{}
+	wt.ctx, wt.cancel = context.WithCancel(context.Background())
+	if !w.forever {
+		wt.timer = time.AfterFunc(w.d, wt.passed)
+	}
+	return wt
+}
+
+// passed is called when --wait has passed.
+func (w *waiter) passed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.over = true
+	if w.made {
+		w.cancel()
+	}
+}
+
+// attempt is the observer of the acquire's (or the campaign's) attempts: a
+// lost one, made whole, lets the wait end.
+func (w *waiter) attempt(a redlock.AttemptInfo) {
+	if a.Op != redlock.OpAcquire || a.Won {
+		return // a won attempt is never cut short: the grant goes on
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.made = true
+	if w.over {
+		w.cancel()
+	}
+}
+
+// waitOn pauses before another try after an attempt that was lost (outside
+// the library's own retries), and reports whether to try again: false once
+// the wait is over or ctx ended.
+func (w *waiter) waitOn(ctx context.Context, wf waitFlag) bool {
+	w.attempt(redlock.AttemptInfo{Op: redlock.OpAcquire})
+	if !wf.forever && wf.d == 0 {
+		return false
+	}
+	return sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(100*time.Millisecond))))
+}
+
+// ended reports whether --wait ended the wait (not a signal, not a result).
+func (w *waiter) ended() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.over && w.made
+}
+
+// stop ends the waiter's timer and context.
+func (w *waiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.cancel()
 }
 
 // release releases the lock (only this lock's value is deleted, so a new
