@@ -13,3 +13,7 @@ func ValueWithIdentity(id string) string { return (&config{idSuffix: identitySuf
 
 // DefaultIdentity is the identity a lock records when WithIdentity is not given.
 func DefaultIdentity() string { return defaultIdentity() }
+
+// WriteBackSent reports whether a fenced attempt sent its token's
+// write-back (which may raise counters even when the attempt fails).
+func WriteBackSent(st ExecutionStats) bool { return st.fence == fenceSent }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,13 +65,22 @@ func TestTokensCountUpAcrossRedlocks(t *testing.T) {
 	assert.GreaterOrEqual(t, at, 2, "nodes whose counter is the last token, 12")
 
 	// Contending callers: the tokens, in the order the critical sections
-	// ran, are 1, 2, 3, ... with no gap and no repeat.
+	// ran, are 1, 2, 3, ... with no repeat, and no gap but one per attempt
+	// whose write-back was sent and that still failed (its quorum came
+	// after the lock's validity: a CPU starved under -race beside other
+	// suites drew one in a whole-suite run).
 	const each = 15
 	var (
 		mu    sync.Mutex
 		order []uint64
 		wg    sync.WaitGroup
+		late  atomic.Int64
 	)
+	watch := redlock.WithObserver(&redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		if a.Op == redlock.OpAcquire && !a.Won && redlock.WriteBackSent(a.Stats) {
+			late.Add(1)
+		}
+	}})
 	for _, rl := range rls {
 		spawn(&wg, func() {
 			for range each {
@@ -83,15 +93,25 @@ func TestTokensCountUpAcrossRedlocks(t *testing.T) {
 					order = append(order, tok)
 					mu.Unlock()
 					return nil
-				}, fenced, redlock.WithRetryCount(-1))
+				}, fenced, redlock.WithRetryCount(-1), watch)
 				assert.NoError(t, err)
 			}
 		})
 	}
 	wg.Wait()
 	require.Len(t, order, each*len(rls))
+	gaps := int64(0)
 	for i, tok := range order {
-		assert.Equal(t, uint64(i+1), tok, "critical section %d", i+1)
+		prev := uint64(0)
+		if i > 0 {
+			prev = order[i-1]
+		}
+		require.Greater(t, tok, prev, "critical section %d: tokens grow", i+1)
+		gaps += int64(tok - prev - 1)
+	}
+	assert.LessOrEqual(t, gaps, late.Load(), "numbers skipped, against write-backs sent by attempts that failed (tokens %v)", order)
+	if gaps > 0 {
+		t.Logf("%d numbers skipped, %d failed attempts had sent their write-back", gaps, late.Load())
 	}
 }
 
