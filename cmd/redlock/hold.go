@@ -278,7 +278,7 @@ func (h *holding) hold(nodes []node) (int, string) {
 		h.held = true
 		h.mu.Unlock()
 		token, _ := redlock.TokenFrom(fctx)
-		value := h.value(fctx, rl)
+		value, _ := redlock.ValueFrom(fctx)
 		h.log.Info("acquired", "resources", h.resources, "token", token)
 		fmt.Fprintf(h.stdout, "held value=%s token=%d\n", value, token)
 		<-fctx.Done()
@@ -338,27 +338,6 @@ func (h *holding) waitOn(ctx context.Context) bool {
 		return false
 	}
 	return sleep(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(100*time.Millisecond))))
-}
-
-// value finds the value of the lock this process holds: Using does not
-// hand it to fn, and the lock records this process's identity, which no
-// other holder has. It returns "unknown" when the nodes do not show it.
-func (h *holding) value(ctx context.Context, rl *redlock.Redlock) string {
-	for try := 0; try < 10; try++ {
-		in, err := rl.Inspect(ctx, h.resources[0])
-		if err == nil {
-			for _, hd := range in.Holders {
-				if hd.Identity == h.identity && hd.OnQuorum {
-					return hd.Value
-				}
-			}
-		}
-		if !sleep(ctx, 50*time.Millisecond) {
-			break
-		}
-	}
-	h.log.Warn("the lock's value could not be read back from the nodes", "resource", h.resources[0])
-	return "unknown"
 }
 
 // end turns what Using returned into the exit code and its kind.
