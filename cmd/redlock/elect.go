@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -123,7 +124,8 @@ func (e *elector) elect(nodes []node) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(e.nodeTimeout), redlock.WithErrorHandler(nodeTrouble(e.log)))
+	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(e.nodeTimeout), redlock.WithErrorHandler(nodeTrouble(e.log)),
+		redlock.WithIdentity(commandIdentity(filepath.Base(e.command[0]))))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "redlock elect: %s\n", plain(err, nodes...))
 		e.kind = kindUsage

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/go-redlock/redlock"
 )
@@ -165,11 +166,25 @@ func splitResources(fs *flag.FlagSet, positional []string) (resources []string, 
 
 // commandIdentity is the identity the command's locks record: the host
 // name, the process id and what holds it, "host/4242 redlock hold", the
-// host name cut so that the whole fits redlock.MaxIdentity.
+// host name cut so that the whole fits redlock.MaxIdentity, what cut to
+// maxWhat bytes and kept to printable characters (a command's name may
+// hold anything).
 func commandIdentity(what string) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
+	}
+	printable := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if !unicode.IsPrint(r) {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	host, what = printable(host), printable(what)
+	if len(what) > maxWhat {
+		what = strings.ToValidUTF8(what[:maxWhat], "")
 	}
 	tail := "/" + strconv.Itoa(os.Getpid()) + " " + what
 	if room := redlock.MaxIdentity - len(tail); len(host) > room {
@@ -177,6 +192,9 @@ func commandIdentity(what string) string {
 	}
 	return host + tail
 }
+
+// maxWhat bounds the command's name in an identity.
+const maxWhat = 24
 
 // stopped is why a hold was told to end: a signal, or stdin closing.
 type stopped struct{ sig os.Signal }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -312,7 +313,8 @@ func (r *runner) run(nodes []node) int {
 	defer signal.Stop(sigs)
 
 	rl, err := redlock.New(clients(nodes), redlock.WithNodeTimeout(r.nodeTimeout), redlock.WithFencing(r.fencing),
-		redlock.WithPermits(r.permits), redlock.WithShared(r.shared), redlock.WithErrorHandler(nodeTrouble(r.log)))
+		redlock.WithPermits(r.permits), redlock.WithShared(r.shared), redlock.WithErrorHandler(nodeTrouble(r.log)),
+		redlock.WithIdentity(commandIdentity(filepath.Base(r.command[0]))))
 	if err != nil {
 		fmt.Fprintf(r.stderr, "redlock run: %s\n", plain(err, nodes...))
 		r.kind = kindUsage
