@@ -433,6 +433,12 @@ func TestEveryDocumentedExitCode(t *testing.T) {
 	lost := func(t *testing.T, key string, args ...string) int {
 		cmd := started(t, c.command(args...))
 		c.held(t, key)
+		// The command runs once the lock (the term) is granted: a key
+		// seen held may be an attempt's first round, whose write-back
+		// then fails on the new holder's keys and the wait goes on (it
+		// once ran the command a minute later and exited 0).
+		require.Eventually(t, func() bool { return hasChild(cmd.Process.Pid, "sleep") }, 10*time.Second, 5*time.Millisecond,
+			"%v started its command", args)
 		for i := range c.Nodes {
 			c.Set(t, i, key, "the-new-holder", time.Minute)
 		}
@@ -534,4 +540,27 @@ func TestRedactKnownCredentials(t *testing.T) {
 	} {
 		assert.Equal(t, tc.out, redact(tc.in), "redact(%q)", tc.in)
 	}
+}
+
+// hasChild reports whether process pid has a child whose name is comm
+// (Linux's /proc; false elsewhere).
+func hasChild(pid int, comm string) bool {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) > 1 && s[open+1:close] == comm && fields[1] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
