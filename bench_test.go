@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,6 +146,24 @@ func BenchmarkObserver(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			rl := newFixture(b, redistest.Setup{On: nodes}, bc.opts...).rl
 			acquireReleaseLoop(b, rl, "bench-obs")
+		})
+	}
+}
+
+// BenchmarkIdentity measures Acquire+Release on 3 nodes with no identity
+// in the value (WithIdentity("")), with the default (host/pid), and with
+// the longest one, against each other on the same nodes (issue 33: what
+// recording who holds a lock costs).
+//
+//	go test -run '^$' -bench '^BenchmarkIdentity$' -benchmem -count 8 .
+func BenchmarkIdentity(b *testing.B) {
+	nodes := redistest.Start(b, 3)
+	for _, bc := range []struct{ name, id string }{
+		{"none", ""}, {"default", redlock.DefaultIdentity()}, {"longest", strings.Repeat("x", redlock.MaxIdentity)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			rl := newFixture(b, redistest.Setup{On: nodes}, redlock.WithIdentity(bc.id)).rl
+			acquireReleaseLoop(b, rl, "bench-identity")
 		})
 	}
 }
