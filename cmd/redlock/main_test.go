@@ -137,21 +137,6 @@ func (c *cluster) held(t *testing.T, key string) string {
 	return v
 }
 
-// everywhere reports whether every node holds key with value v within d.
-func (c *cluster) everywhere(t *testing.T, key, v string, d time.Duration) bool {
-	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		all := true
-		for i := range c.Nodes {
-			all = all && c.Get(t, i, key) == v
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
 // The command's exit code passes through, 128+n for a signal n, and the lock
 // is gone from every node afterwards.
 func TestExitCodePassesThrough(t *testing.T) {

@@ -137,6 +137,8 @@ func TestHold(t *testing.T) {
 	assert.Equal(t, uint64(2), token)
 	code, ins = c.statusJSON(t, "maint", "other")
 	assert.Zero(t, code)
+	require.Len(t, ins, 2)
+	assert.Equal(t, "held", ins[1].State, "both resources of one hold")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	assert.Zero(t, exitOf(t, cmd))
 	code, _ = c.statusJSON(t, "maint", "other")
