@@ -383,7 +383,11 @@ func TestOperatorOnACluster(t *testing.T) {
 				_, _ = l.Release(ctx)
 			}
 		}()
-		queued(t, f.rl, name, 1)
+		require.Eventually(t, func() bool { // queued, and subscribed on the resource's shard
+			ch := redlock.ShardedChannel(name)
+			m, err := f.Cluster.MasterForKey(ctx, ch)
+			return redlock.QueuedWaiters(f.rl, []string{name}) == 1 && err == nil && m.PubSubShardNumSub(ctx, ch).Val()[ch] >= 1
+		}, 10*time.Second, time.Millisecond, name)
 		require.NoError(t, f.rl.ForceRelease(ctx, name), name)
 		select {
 		case d := <-got:
