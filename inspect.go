@@ -86,16 +86,20 @@ type Inspection struct {
 	// InUse is how many holders a quorum holds: the permits in use, the
 	// readers, or 1 for a lock.
 	InUse         int
-	Permits       int      // a semaphore's limit
-	WriterWaiting bool     // a shared lock: an exclusive acquire waits for its readers to leave
-	Waiters       []Waiter // the fair queue, head first (as the node with the longest queue has it)
-	Counter       uint64   // the highest fencing counter of the resource (an election: its last term)
-	Term          uint64   // an election: the leader's term, 0 when none leads
-	Leader        string   // an election: the leader's id
-	Nodes         int
-	Quorum        int
-	Answered      int
-	Errors        []error // a *NodeError per node that did not answer
+	Permits       int  // a semaphore's limit
+	WriterWaiting bool // a shared lock: an exclusive acquire waits for its readers to leave
+	// Waiters is the fair queue, head first (as the node with the longest
+	// queue has it), without a holder the resource was handed to. A holder
+	// that took the resource at the head of the queue by its own attempt
+	// keeps its place until it releases, and is listed as the head.
+	Waiters  []Waiter
+	Counter  uint64 // the highest fencing counter of the resource (an election: its last term)
+	Term     uint64 // an election: the leader's term, 0 when none leads
+	Leader   string // an election: the leader's id
+	Nodes    int
+	Quorum   int
+	Answered int
+	Errors   []error // a *NodeError per node that did not answer
 }
 
 // Inspect reads resource on every node and says who holds it, whatever
@@ -271,6 +275,7 @@ func (in *Inspection) judge(views []nodeView) {
 		top = max(top, h.Nodes)
 		in.Holders = append(in.Holders, *h)
 	}
+	in.Waiters = slices.DeleteFunc(in.Waiters, func(w Waiter) bool { return byValue[w.ID] != nil })
 	slices.SortFunc(in.Holders, func(a, b Holder) int {
 		if a.Nodes != b.Nodes {
 			return b.Nodes - a.Nodes

@@ -47,7 +47,12 @@ func TestInspectEveryKind(t *testing.T) {
 	t.Run("fenced lock", func(t *testing.T) {
 		l, err := f.rl.Acquire(ctx, []string{"plain"}, time.Minute, redlock.WithFencing(true))
 		require.NoError(t, err)
-		in := inspect(t, f, "plain")
+		// Acquire returns at a quorum; the third node's write lands after.
+		var in redlock.Inspection
+		require.Eventually(t, func() bool {
+			in = inspect(t, f, "plain")
+			return len(in.Holders) == 1 && in.Holders[0].Nodes == 3
+		}, 5*time.Second, 5*time.Millisecond, "the lock on every node")
 		assert.Equal(t, redlock.Held, in.State)
 		assert.Equal(t, redlock.KindLock, in.Kind)
 		require.Len(t, in.Holders, 1)
@@ -120,6 +125,15 @@ func TestInspectEveryKind(t *testing.T) {
 		assert.Equal(t, "waiter A", in.Waiters[0].Identity, "head first")
 		assert.Equal(t, "waiter B", in.Waiters[1].Identity)
 		assert.Equal(t, 3, in.Waiters[0].Nodes)
+		// Handed to A: A holds it, and is no longer listed as waiting.
+		_, err = l.Release(ctx)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			in = inspect(t, f, "fifo")
+			return in.State == redlock.Held && len(in.Holders) == 1 && in.Holders[0].Identity == "waiter A"
+		}, 5*time.Second, 10*time.Millisecond)
+		require.Len(t, in.Waiters, 1, "%+v", in.Waiters)
+		assert.Equal(t, "waiter B", in.Waiters[0].Identity)
 		cancel()
 		wg.Wait()
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // The tests of status, hold and release, on the built binary against real
@@ -393,4 +394,30 @@ func TestRelease(t *testing.T) {
 	r = c.run(t, "release", "pool")
 	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, "1 of 3 nodes answered, fewer than a quorum")
+}
+
+// A silent node holds status up for one node timeout and release for two
+// (its read, then the release), no longer: the command does not wait for
+// the silent node's connection on its way out (was: 3 and 5 node timeouts,
+// Close waiting for it after the answer was printed).
+func TestSilentNodeBoundsTheExit(t *testing.T) {
+	c := newCluster(t)
+	var addrs []string
+	var hung *redistest.Proxy
+	for i, nd := range c.Nodes {
+		p := redistest.NewProxy(t, nd.Addr())
+		if i == 0 {
+			hung = p
+		}
+		addrs = append(addrs, p.Addr())
+	}
+	list := strings.Join(addrs, ",")
+	hung.Set(redistest.Hang)
+	r := c.run(t, "status", "--node-timeout", "1s", "--nodes", list, "x")
+	assert.Equal(t, 1, r.code, "free: two of three answered and hold nothing")
+	assert.Less(t, r.took, 2*time.Second, "status with one hung node and --node-timeout 1s")
+	r = c.run(t, "release", "--node-timeout", "1s", "--nodes", list, "x")
+	assert.Equal(t, 69, r.code)
+	assert.Less(t, r.took, 3*time.Second, "release with one hung node and --node-timeout 1s")
+	assert.Contains(t, r.stdout, "after: not read again")
 }

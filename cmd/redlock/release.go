@@ -88,7 +88,9 @@ func releaseVerb(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer closeNodes(nodes)
-	defer func() { _ = rl.Close() }()
+	// No rl.Close: it would wait a second or more for a silent node's
+	// connection, after the answer was printed (ForceRelease has given up
+	// on that node and said so); the process ends here.
 	res := resources[0]
 	ctx := context.Background()
 
@@ -112,7 +114,13 @@ func releaseVerb(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(relErr, redlock.ErrInvalidArgument) {
 		return usageError(fs, stderr, "%s", plain(relErr, nodes...))
 	}
-	after, _ := rl.Inspect(ctx, res)
+	// Read again only when every node answered: a silent node would hold
+	// the exit up for one more node timeout, and say nothing new.
+	var after *redlock.Inspection
+	if len(nodeErrors(relErr)) == 0 {
+		in, _ := rl.Inspect(ctx, res)
+		after = &in
+	}
 
 	var b strings.Builder
 	b.WriteString("before:\n")
@@ -130,8 +138,12 @@ func releaseVerb(args []string, stdout, stderr io.Writer) int {
 	for _, v := range missing {
 		fmt.Fprintf(&b, "  no node that answered holds value %s\n", v)
 	}
-	b.WriteString("after:\n")
-	writeInspection(&b, after, nodes)
+	if after != nil {
+		b.WriteString("after:\n")
+		writeInspection(&b, *after, nodes)
+	} else {
+		b.WriteString("after: not read again (a node did not answer the release)\n")
+	}
 	fmt.Fprint(stdout, b.String())
 
 	if errors.Is(relErr, redlock.ErrNotHeld) {

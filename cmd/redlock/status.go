@@ -117,7 +117,9 @@ func statusVerb(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer closeNodes(nodes)
-	defer func() { _ = rl.Close() }()
+	// No rl.Close: it would wait a second or more for a silent node's
+	// connection, after the answer was printed; status holds nothing, and
+	// the process ends here.
 
 	ins, err := inspectAll(rl, resources)
 	if err != nil {
