@@ -68,18 +68,25 @@ func TestLivenessMajorityFaulty(t *testing.T) {
 			check := func(name string, err error, took time.Duration) {
 				t.Helper()
 				require.Error(t, err, name)
-				assert.Less(t, took, timeout+margin, "%s took", name)
 				assert.NotErrorIs(t, err, redlock.ErrResourceLocked, name)
 				assert.NotErrorIs(t, err, redlock.ErrLockExpired, name)
 				var ee *redlock.ExecutionError
 				require.ErrorAs(t, err, &ee, name)
 				var silent []int
+				// A node whose connection the fault cut, and whose client
+				// noticed before the call, sets one up again: the call waits
+				// for that up to 5 node timeouts (RELIABILITY.md, "Far
+				// nodes"), and its error says so (a whole -race suite beside
+				// two busy loops drew it: 1.78s).
+				bound := timeout
 				for _, v := range ee.Attempts[len(ee.Attempts)-1].VotesAgainst {
 					var te *redlock.NodeTimeoutError
 					if errors.As(v, &te) {
 						silent = append(silent, v.Node)
+						bound = max(bound, te.Timeout)
 					}
 				}
+				assert.Less(t, took, bound+margin, "%s took", name)
 				sort.Ints(silent)
 				assert.Equal(t, wantSilent, silent, "%s: nodes reported as not answering", name)
 			}

@@ -580,6 +580,11 @@ func TestALostLockStaysLost(t *testing.T) {
 	holder, _ := ownRedlock(t, f, direct)
 	l, err := holder.Acquire(ctx, []string{"rr"}, time.Minute)
 	require.NoError(t, err)
+	// Acquire returns at a quorum: the third node's write may land after a
+	// force release that ran at once, and with one more node restarted the
+	// old holder would have a quorum (RELIABILITY.md, "Taking a lock back",
+	// limits). An operator's force release comes after the lock settled.
+	require.Eventually(t, func() bool { return inspect(t, f, "rr").Holders[0].Nodes == 3 }, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, f.rl.ForceRelease(ctx, "rr", l.Value()))
 	f.Nodes[0].Restart()
 	_, err = l.Extend(ctx, time.Minute)
