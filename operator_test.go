@@ -520,9 +520,11 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 	}
 	ours, err := f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute)
 	require.NoError(t, err)
+	settled(t, f, "shared-with-node", ours.Value())
 	assert.Equal(t, 0, nodeAcquire("shared-with-node", "node-value-1"), "node-redlock is excluded by a value with an identity")
 	_, err = ours.Release(ctx)
 	require.NoError(t, err)
+	settled(t, f, "shared-with-node", "")
 	assert.Equal(t, 3, nodeAcquire("shared-with-node", "node-value-1"))
 	_, err = f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute, redlock.WithRetryCount(0))
 	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "node-redlock's lock excludes ours")
@@ -542,11 +544,13 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 func TestSharedLockOverATombstone(t *testing.T) {
 	f := newNodes(t, 3)
 	ctx := context.Background()
-	_, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Hour)
+	l, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Hour)
 	require.NoError(t, err)
+	settled(t, f, "cfg", l.Value())
 	require.NoError(t, f.rl.ForceRelease(ctx, "cfg"))
 	_, err = f.rl.Acquire(ctx, []string{"cfg"}, time.Second, redlock.WithShared(true))
 	require.NoError(t, err)
+	settled(t, f, "cfg", "redlock:shared")
 	for i := range f.Peek {
 		assert.LessOrEqual(t, f.PTTL(t, i, "cfg"), time.Second, "node %d: the marker lives as long as its reader", i)
 	}
@@ -559,6 +563,7 @@ func TestForceReleaseWithAnEndedContext(t *testing.T) {
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
 	require.NoError(t, err)
+	settled(t, f, "x", l.Value())
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
 	err = f.rl.ForceRelease(ended, "x")
@@ -659,4 +664,18 @@ func TestValueFrom(t *testing.T) {
 		})
 	}, redlock.WithFencing(true))
 	require.NoError(t, err)
+}
+
+// settled waits until every node holds value under key ("": none): a call
+// returns at its quorum, and its last node's write lands a moment later.
+func settled(t *testing.T, f *fixture, key, value string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i := range f.Peek {
+			if f.Get(t, i, key) != value {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 2*time.Millisecond, "every node holds %q under %s", value, key)
 }
