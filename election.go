@@ -63,7 +63,7 @@ type Election struct {
 // of the Election, not here.
 func (r *Redlock) Election(name string) *Election {
 	key := electionPrefix + name
-	return &Election{r: r, name: name, key: key, rec: script.LeaderPrefix + "{" + slot.Tag(key) + "}:" + key}
+	return &Election{r: r, name: name, key: key, rec: leaderKey(key)}
 }
 
 // Name returns the election's name.
@@ -245,3 +245,7 @@ func (e *Election) Lead(ctx context.Context, id string, ttl time.Duration, fn fu
 	}()
 	return fn(t.ctx)
 }
+
+// leaderKey is where an election whose lock key is key keeps its leader
+// record, in key's slot.
+func leaderKey(key string) string { return script.LeaderPrefix + "{" + slot.Tag(key) + "}:" + key }

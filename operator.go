@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // What an operator undoes: taking a resource back (ForceRelease); and the
@@ -114,9 +113,6 @@ func (r *Redlock) operatorReady(ctx context.Context, resource string, opts []Opt
 // permitPrefix is what a permit key of resource starts with (permitKey).
 func permitPrefix(resource string) string { return strings.TrimSuffix(permitKey(resource, 0), "0") }
 
-// leaderKey is where an election whose lock key is key keeps its leader
-// record (see Election).
-func leaderKey(key string) string { return script.LeaderPrefix + "{" + slot.Tag(key) + "}:" + key }
 
 // nodeReply is one node's answer to an operator's call.
 type nodeReply struct {

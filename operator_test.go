@@ -170,7 +170,9 @@ func TestInspectUnknownIsNeverFree(t *testing.T) {
 	assert.Equal(t, 0, ne.Node)
 
 	f.Proxies[1].Set(redistest.Hang)
+	begin := time.Now()
 	in, err = f.rl.Inspect(ctx, "x")
+	assert.Less(t, time.Since(begin), time.Second, "Inspect waits for a silent node no longer than the node timeout (100ms) and a margin")
 	require.NoError(t, err)
 	assert.Equal(t, redlock.Unknown, in.State, "one node holds it, two could say anything")
 	in, err = f.rl.Inspect(ctx, "free")
@@ -192,14 +194,7 @@ func TestForceReleaseWakesAWaiter(t *testing.T) {
 	old, err := f.rl.Acquire(ctx, []string{"job"}, 2*time.Hour)
 	require.NoError(t, err)
 	waiter, _ := ownRedlock(t, f, direct)
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, []string{"job"}, time.Minute, redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
-		if assert.NoError(t, err) {
-			got <- time.Now()
-			_, _ = l.Release(ctx)
-		}
-	}()
+	got := acquiring(t, waiter, "job", redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
 	queued(t, waiter, "job", 1, f.Peek...)
 	operator, _ := ownRedlock(t, f, direct)
 	start := time.Now()
@@ -442,14 +437,7 @@ func TestForceReleaseFairQueue(t *testing.T) {
 	_, err := f.rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour)
 	require.NoError(t, err)
 	waiter, _ := ownRedlock(t, f, direct, redlock.WithFairQueue(true))
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, []string{"fifo"}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Second))
-		if assert.NoError(t, err) {
-			got <- time.Now()
-			_, _ = l.Release(ctx)
-		}
-	}()
+	got := acquiring(t, waiter, "fifo", redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Second))
 	queuedOnNodes(t, f, "fifo", 1)
 	start := time.Now()
 	require.NoError(t, f.rl.ForceRelease(ctx, "fifo"))
@@ -533,6 +521,14 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 	assert.Equal(t, "node-value-1", in.Holders[0].Value)
 	assert.Equal(t, "", in.Holders[0].Identity)
 	require.NoError(t, f.rl.ForceRelease(ctx, "shared-with-node"))
+	// The tombstone lasts what the lock had left plus 2 s; node-redlock
+	// waits for it as it would have for the lock.
+	for i := range f.Peek {
+		pttl := f.PTTL(t, i, "shared-with-node")
+		assert.Greater(t, pttl, 58*time.Second, "node %d", i)
+		assert.LessOrEqual(t, pttl, 62*time.Second, "node %d", i)
+	}
+	assert.Equal(t, 0, nodeAcquire("shared-with-node", "node-value-2"), "node-redlock waits out the tombstone")
 	_, err = f.rl.Acquire(ctx, []string{"shared-with-node"}, time.Minute, redlock.WithRetryCount(0))
 	assert.NoError(t, err, "a force-released node-redlock lock is free to us")
 }
@@ -610,14 +606,7 @@ func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
 	for i := range f.Peek {
 		f.Set(t, i, "short", "x:y z", time.Hour)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := f.rl.Acquire(ctx, []string{"short"}, time.Minute, redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
-		if assert.NoError(t, err) {
-			got <- time.Now()
-			_, _ = l.Release(ctx)
-		}
-	}()
+	got := acquiring(t, f.rl, "short", redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
 	queued(t, f.rl, "short", 1, f.Peek...)
 	start := time.Now()
 	require.NoError(t, f.rl.ForceRelease(ctx, "short", "x:y z"))
@@ -678,4 +667,18 @@ func settled(t *testing.T, f *fixture, key, value string) {
 		}
 		return true
 	}, 5*time.Second, 2*time.Millisecond, "every node holds %q under %s", value, key)
+}
+
+// acquiring starts an Acquire of key for a minute, and returns a channel
+// that receives when it got the lock (which it then releases).
+func acquiring(t *testing.T, rl *redlock.Redlock, key string, opts ...redlock.Option) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := rl.Acquire(context.Background(), []string{key}, time.Minute, opts...)
+		if assert.NoError(t, err, key) {
+			got <- time.Now()
+			_, _ = l.Release(context.Background())
+		}
+	}()
+	return got
 }
