@@ -113,7 +113,6 @@ func (r *Redlock) operatorReady(ctx context.Context, resource string, opts []Opt
 // permitPrefix is what a permit key of resource starts with (permitKey).
 func permitPrefix(resource string) string { return strings.TrimSuffix(permitKey(resource, 0), "0") }
 
-
 // nodeReply is one node's answer to an operator's call.
 type nodeReply struct {
 	node  int
