@@ -22,15 +22,16 @@ import (
 // sending its calls, plus at most 4 parked on it while it does not answer
 // (see [WithNodeTimeout]); they end when the node answers. The subscriptions that
 // wake waiting Acquires (one goroutine per node, started by the first
-// Acquire that waits) end with [Redlock.Close]. It does not own the clients:
-// closing them is the caller's job.
+// Acquire that waits) end with [Redlock.Close]. It does not own the clients
+// given to New: closing them is the caller's job ([Open]'s are its own).
 type Redlock struct {
 	quorum  // the nodes, and the attempt that runs on them all
 	cfg     *config
-	wake    *wake.Waker   // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
-	workers flight.Flight // every node worker and held release (see internal/lane)
-	servers lane.Servers  // which node is which server
-	terms   termSet       // the live terms of its elections, which Close resigns
+	wake    *wake.Waker             // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
+	workers flight.Flight           // every node worker and held release (see internal/lane)
+	servers lane.Servers            // which node is which server
+	terms   termSet                 // the live terms of its elections, which Close resigns
+	owned   []redis.UniversalClient // the clients Open made, which Close closes
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -352,10 +353,12 @@ func (r *Redlock) Close() error {
 		case <-g.f.Wait():
 		case <-t.C:
 			r.workers.Stop()
+			closeAll(r.owned)
 			return fmt.Errorf("redlock: close: %s a node that has not answered after %v; a call ends when the client's "+
 				"read times out or the client is closed, and a release not sent by then is given up", g.what, wait)
 		}
 	}
 	r.workers.Stop()
+	closeAll(r.owned)
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -20,6 +19,8 @@ import (
 	"unicode"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
 )
 
 func init() {
@@ -76,9 +77,10 @@ type node struct {
 	client *redis.Client
 }
 
-// dial makes one client per node in list, without connecting. Each
-// client's own timeouts are above the node timeout, so that redlock's
-// timeout is the one that decides.
+// dial makes one client per node in list, without connecting: the
+// library's ParseNodes reads the list (the one parser of node lists), and
+// each client's dial outlasts the node timeout, so that redlock's timeout
+// is the one that decides.
 func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 	if list == "" {
 		list = os.Getenv("REDLOCK_NODES")
@@ -86,59 +88,22 @@ func dial(list string, nodeTimeout time.Duration) ([]node, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, fmt.Errorf("no nodes: give --nodes host1:6379,host2:6379,host3:6379 or set REDLOCK_NODES")
 	}
-	var nodes []node
-	for _, a := range strings.Split(list, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			return nil, fmt.Errorf("--nodes %q has an empty entry", redact(list))
-		}
-		var o *redis.Options
-		if strings.Contains(a, "://") {
-			var err error
-			if o, err = redis.ParseURL(a); err != nil {
-				return nil, fmt.Errorf("node %q: %s (a URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, or rediss:// for TLS; "+
-					"write a / ? # @ %% or , in a password as %%2F %%3F %%23 %%40 %%25 %%2C)", redact(a), urlProblem(err))
-			}
-		} else {
-			if !strings.Contains(a, ":") {
-				return nil, fmt.Errorf("node %q has no port: give host:port, such as %s:6379", a, a)
-			}
-			o = &redis.Options{Addr: a}
-		}
-		if err := checkAddr(o.Addr); err != nil {
-			return nil, fmt.Errorf("node %q: %v", redact(a), err)
-		}
+	parsed, err := redlock.ParseNodes(list)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), redlock.ErrInvalidArgument.Error()+": ")
+		return nil, errors.New(redact(strings.Replace(msg, "node list", "--nodes", 1)))
+	}
+	entries := strings.Split(list, ",")
+	nodes := make([]node, len(parsed))
+	for i, o := range parsed {
 		o.DialTimeout = max(o.DialTimeout, 2*nodeTimeout)
-		o.ContextTimeoutEnabled = true
-		o.MaxRetries = -1 // redlock retries attempts itself
-		// One dial, not go-redis's five 100ms apart: a node that refuses
-		// the connection is known dead at once, and a run (and Close,
-		// which waits for what is in flight) does not pay for it.
-		o.DialerRetries = 1
 		name := o.Addr
 		if o.DB != 0 {
 			name = fmt.Sprintf("%s/%d", o.Addr, o.DB)
 		}
-		nodes = append(nodes, node{name: name, given: redact(a), client: redis.NewClient(o)})
+		nodes[i] = node{name: name, given: redact(strings.TrimSpace(entries[i])), client: redis.NewClient(o)}
 	}
 	return nodes, nil
-}
-
-// checkAddr refuses an address that no server can have: a host with a
-// slash (a URL missing its ':', such as redis//host:6379) or a port outside
-// 1-65535.
-func checkAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("not host:port (%v)", err)
-	}
-	if host == "" || strings.ContainsAny(host, "/@ ") {
-		return fmt.Errorf("host %q is not a host name or address (a URL starts with redis:// or rediss://)", host)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q is not a port (1-65535)", port)
-	}
-	return nil
 }
 
 // credentials matches what may hold a password in a node string: the user
@@ -344,27 +309,6 @@ func (s *secretSet) mask(text string) string {
 		}
 	}
 	return text
-}
-
-// urlProblem says what is wrong with a node URL that does not parse,
-// without quoting the parser's words when they are about the URL's text:
-// they may hold a piece of the password (an escape, a port cut from it).
-func urlProblem(err error) string {
-	var ue *url.Error
-	if !errors.As(err, &ue) {
-		return redact(err.Error()) // go-redis's own words: the scheme, the database, an option
-	}
-	var ee url.EscapeError
-	var he url.InvalidHostError
-	switch {
-	case errors.As(ue.Err, &ee):
-		return "a % that does not start a %XX escape (write % as %25)"
-	case errors.As(ue.Err, &he):
-		return "a character that a host name cannot have"
-	case strings.Contains(ue.Err.Error(), "invalid port"):
-		return "not a port after the host"
-	}
-	return "not a URL"
 }
 
 func closeNodes(nodes []node) {

@@ -1,0 +1,246 @@
+package redlock
+
+import (
+	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ParseNodes parses a node list, the form that [Open], the redlock
+// command's --nodes and its REDLOCK_NODES take: entries separated by
+// commas, each a host:port, a redis:// or rediss:// (TLS) URL as
+// redis.ParseURL reads it (user and password, database, options such as
+// dial_timeout), or a unix:// socket URL. It returns one *redis.Options per
+// entry, in the list's order, for redis.NewClient.
+//
+// Each Options carries the client settings a Redlock wants, where the entry
+// does not set them itself: MaxRetries -1 (the Redlock retries an attempt
+// itself, within its node timeout), DialerRetries 1 (a node that refuses a
+// connection is known down at once) and ContextTimeoutEnabled (a call ends
+// at the node timeout, not at the client's read timeout).
+//
+// ParseNodes returns an error matching [ErrInvalidArgument], quoting the
+// entry with its password masked and saying how to write it, for an empty
+// list or entry, a host:port without a port or with a port outside
+// 1-65535, a URL that does not parse, and one server given twice (the same
+// address in any database: the databases of one server are one server, and
+// would let it vote twice). It resolves no name, so two names of one
+// server (localhost and 127.0.0.1) pass here; see [New] for how a Redlock
+// finds them. A Cluster or a Sentinel group is one node whose client
+// (redis.NewClusterClient, redis.NewFailoverClient) is made by the caller
+// and given to New.
+func ParseNodes(list string) ([]*redis.Options, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, invalid("the node list is empty: give host:port entries separated by commas, such as " +
+			"10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 (an environment variable that is not set gives an empty list)")
+	}
+	entries := strings.Split(list, ",")
+	opts := make([]*redis.Options, 0, len(entries))
+	seen := map[string]int{}
+	for i, e := range entries {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			return nil, invalid("node list %q: entry %d is empty (two commas, or one at an end)", maskCredentials(list), i+1)
+		}
+		o, err := parseNode(e)
+		if err != nil {
+			return nil, invalid("node %q: %s", maskCredentials(e), err)
+		}
+		id := serverID(o)
+		if j, ok := seen[id]; ok {
+			return nil, invalid("node %q and node %q talk to the same server (%s), which would vote twice: "+
+				"give each independent node once", maskCredentials(strings.TrimSpace(entries[j])), maskCredentials(e), id)
+		}
+		seen[id] = i
+		opts = append(opts, o)
+	}
+	return opts, nil
+}
+
+// parseNode parses one entry of a node list.
+func parseNode(e string) (*redis.Options, error) {
+	if !strings.Contains(e, "://") {
+		if !strings.Contains(e, ":") {
+			return nil, errors.New("no port: give host:port, such as " + e + ":6379")
+		}
+		if err := checkAddr(e); err != nil {
+			return nil, err
+		}
+		o := &redis.Options{Addr: e}
+		clientDefaults(o, nil)
+		return o, nil
+	}
+	o, err := redis.ParseURL(e)
+	if err != nil {
+		return nil, errors.New(urlProblem(err) + " (a URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, " +
+			"or rediss:// for TLS; write a / ? # @ % or , in a password as %2F %3F %23 %40 %25 %2C)")
+	}
+	if o.Network != "unix" {
+		if err := checkAddr(o.Addr); err != nil {
+			return nil, err
+		}
+	}
+	var set url.Values
+	if _, q, ok := strings.Cut(e, "?"); ok {
+		set, _ = url.ParseQuery(q) // ParseURL has read it already
+	}
+	clientDefaults(o, set)
+	return o, nil
+}
+
+// clientDefaults sets the client settings a Redlock wants (see ParseNodes)
+// that the URL's query, set, did not set.
+func clientDefaults(o *redis.Options, set url.Values) {
+	if !set.Has("max_retries") {
+		o.MaxRetries = -1
+	}
+	if !set.Has("context_timeout_enabled") {
+		o.ContextTimeoutEnabled = true
+	}
+	o.DialerRetries = 1
+}
+
+// checkAddr refuses an address that no server can have: a host with a
+// slash (a URL missing its ':', such as redis//host:6379) or a port outside
+// 1-65535.
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("not host:port (" + err.Error() + ")")
+	}
+	if host == "" || strings.ContainsAny(host, "/@ ") {
+		return errors.New("host " + strconv.Quote(host) + " is not a host name or address (a URL starts with redis:// or rediss://)")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("port " + strconv.Quote(port) + " is not a port (1-65535)")
+	}
+	return nil
+}
+
+// serverID names the server an Options reaches, the same for every way of
+// writing its address: the host in lower case, an IP address in its
+// canonical form, and no database.
+func serverID(o *redis.Options) string {
+	if o.Network == "unix" {
+		return "unix:" + o.Addr
+	}
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return o.Addr
+	}
+	host = strings.ToLower(host)
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// urlProblem says what is wrong with a node URL that does not parse,
+// without quoting the parser's words when they are about the URL's text:
+// they may hold a piece of the password (an escape, a port cut from it).
+func urlProblem(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return maskCredentials(err.Error()) // go-redis's own words: the scheme, the database, an option
+	}
+	var ee url.EscapeError
+	var he url.InvalidHostError
+	switch {
+	case errors.As(ue.Err, &ee):
+		return "a % that does not start a %XX escape (write % as %25)"
+	case errors.As(ue.Err, &he):
+		return "a character that a host name cannot have"
+	case strings.Contains(ue.Err.Error(), "invalid port"):
+		return "not a port after the host"
+	}
+	return "not a URL"
+}
+
+// maskCredentials returns s with the user information of a URL (what
+// stands between "://" and the last "@" before a space or a comma) and
+// password= values replaced by "xxxxx", so that an error quoting a node
+// never shows a password.
+func maskCredentials(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "://")
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i+3])
+		s = s[i+3:]
+		end := strings.IndexAny(s, " ,")
+		if end < 0 {
+			end = len(s)
+		}
+		if at := strings.LastIndex(s[:end], "@"); at >= 0 {
+			b.WriteString("xxxxx")
+			s = s[at:]
+		}
+	}
+	b.WriteString(s)
+	out := b.String()
+	lower := strings.ToLower(out)
+	for from := 0; ; {
+		i := strings.Index(lower[from:], "password=")
+		if i < 0 {
+			break
+		}
+		start := from + i + len("password=")
+		end := start
+		for end < len(out) && !strings.ContainsRune("& ,", rune(out[end])) {
+			end++
+		}
+		out = out[:start] + "xxxxx" + out[end:]
+		lower = strings.ToLower(out)
+		from = start + len("xxxxx")
+	}
+	return out
+}
+
+// Open returns a Redlock over the nodes of list (see [ParseNodes]), with a
+// *redis.Client for each that the Redlock owns: [Redlock.Close] closes them
+// once what is in flight is done. opts are New's. It is the short way for
+// independent nodes given as addresses or URLs:
+//
+//	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES")) // 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
+//
+// Open returns ParseNodes's and New's errors; it connects to no node (a
+// node that is down fails the calls that reach it, as with New).
+func Open(list string, opts ...Option) (*Redlock, error) {
+	parsed, err := ParseNodes(list)
+	if err != nil {
+		return nil, err
+	}
+	def := defaultConfig()
+	cfg, err := with(&def, opts)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]redis.UniversalClient, len(parsed))
+	for i, o := range parsed {
+		// The client's dial outlasts the node timeout, so that the
+		// Redlock's timeout is the one that decides.
+		o.DialTimeout = max(o.DialTimeout, 2*cfg.nodeTimeout)
+		clients[i] = redis.NewClient(o)
+	}
+	r, err := New(clients, opts...)
+	if err != nil {
+		closeAll(clients)
+		return nil, err
+	}
+	r.owned = clients
+	return r, nil
+}
+
+// closeAll closes clients, whose errors (a client already closed) say
+// nothing the caller can act on.
+func closeAll(clients []redis.UniversalClient) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,110 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// A node list parses into one Options per entry, in order, with the client
+// settings a Redlock wants where the entry does not set its own.
+func TestParseNodes(t *testing.T) {
+	opts, err := redlock.ParseNodes(" 10.0.0.1:6379, redis://u:s3cret@10.0.0.2:6380/2 ,rediss://10.0.0.3:6381?max_retries=3,unix:///run/redis.sock")
+	require.NoError(t, err)
+	require.Len(t, opts, 4)
+	assert.Equal(t, "10.0.0.1:6379", opts[0].Addr)
+	assert.Equal(t, "10.0.0.2:6380", opts[1].Addr)
+	assert.Equal(t, 2, opts[1].DB)
+	assert.Equal(t, "u", opts[1].Username)
+	assert.Equal(t, "s3cret", opts[1].Password)
+	assert.Nil(t, opts[1].TLSConfig)
+	assert.NotNil(t, opts[2].TLSConfig, "rediss:// is TLS")
+	assert.Equal(t, "unix", opts[3].Network)
+	for i, o := range opts {
+		assert.True(t, o.ContextTimeoutEnabled, "entry %d", i)
+		assert.Equal(t, 1, o.DialerRetries, "entry %d", i)
+	}
+	assert.Equal(t, -1, opts[0].MaxRetries, "a Redlock retries itself")
+	assert.Equal(t, 3, opts[2].MaxRetries, "the URL's own max_retries stands")
+}
+
+// Every bad list gets an error that matches ErrInvalidArgument, says what is
+// wrong and how to write it, and never shows a password.
+func TestParseNodesRefuses(t *testing.T) {
+	for _, c := range []struct {
+		list string
+		says []string
+	}{
+		{"", []string{"empty", "10.0.0.1:6379,10.0.0.2:6379"}},
+		{"   ", []string{"empty"}},
+		{"a:1,,b:1", []string{"entry 2 is empty"}},
+		{"a:1,", []string{"entry 2 is empty"}},
+		{"redis-1", []string{`"redis-1"`, "no port", "redis-1:6379"}},
+		{"a:0", []string{`port "0"`, "1-65535"}},
+		{"a:70000", []string{"1-65535"}},
+		{"redis//a:6379", []string{"redis:// or rediss://"}},
+		{"http://u:hunter22@a:6379", []string{"redis://host:6379/0"}},
+		{"redis://u:hunter22@a:6379/x", []string{"redis://host:6379/0"}},
+		{"redis://u:hun%zzter22@a:6379", []string{"%25"}},
+		// One server twice, however it is written: any database, any case,
+		// any form of one IP address.
+		{"127.0.0.1:6379,redis://u:hunter22@127.0.0.1:6379/3", []string{`node "127.0.0.1:6379" and node "redis://xxxxx@127.0.0.1:6379/3"`, "same server (127.0.0.1:6379)", "vote twice"}},
+		{"Redis-A:6379,redis-a:6379", []string{"same server (redis-a:6379)"}},
+		{"[::1]:6379,redis://[0:0:0:0:0:0:0:1]:6379", []string{"same server ([::1]:6379)"}},
+		{"a:1,b:1,a:1", []string{`node "a:1" and node "a:1"`}},
+	} {
+		_, err := redlock.ParseNodes(c.list)
+		if !assert.Error(t, err, "%q", c.list) {
+			continue
+		}
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "%q", c.list)
+		for _, s := range c.says {
+			assert.Contains(t, err.Error(), s, "%q", c.list)
+		}
+		assert.NotContains(t, err.Error(), "hunter22", "%q: a password in an error", c.list)
+		_, err = redlock.Open(c.list)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Open(%q)", c.list)
+	}
+}
+
+// Open makes the clients, runs locks on them, and closes them with the
+// Redlock; New's errors reach its caller with nothing left open.
+func TestOpen(t *testing.T) {
+	redistest.Require(t)
+	nodes := redistest.Start(t, 3)
+	list := nodes[0].Addr() + ", " + nodes[1].Addr() + ",redis://" + nodes[2].Addr() + "/1"
+	rl, err := redlock.Open(list, redlock.WithNodeTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	assert.Equal(t, 3, rl.Nodes())
+	ctx := context.Background()
+	lock, err := rl.Acquire(ctx, []string{"open:1"}, 10*time.Second)
+	require.NoError(t, err)
+	_, err = rl.Acquire(ctx, []string{"open:1"}, 10*time.Second, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	_, err = lock.Release(ctx)
+	require.NoError(t, err)
+	// The third node's database is 1.
+	c := redis.NewClient(&redis.Options{Addr: nodes[2].Addr(), DB: 1})
+	defer c.Close()
+	lock, err = rl.Acquire(ctx, []string{"open:2"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.Get(ctx, "open:2").Val() == lock.Value() }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, rl.Close())
+	_, err = rl.Acquire(ctx, []string{"open:3"}, 10*time.Second)
+	require.Error(t, err, "the clients are closed")
+	assert.False(t, errors.Is(err, redlock.ErrResourceLocked), "%v", err)
+
+	_, err = redlock.Open(nodes[0].Addr(), redlock.WithNodeTimeout(-1))
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.True(t, strings.Contains(err.Error(), "WithNodeTimeout"), "%v", err)
+}
