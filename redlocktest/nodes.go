@@ -29,7 +29,7 @@ const adminTimeout = 5 * time.Second
 type Nodes struct {
 	servers []*miniredis.Miniredis
 	proxies []*proxy
-	addrs   []string               // the proxies', which the users' clients dial
+	addrs   []string                // the proxies', which the users' clients dial
 	clients []redis.UniversalClient // through the proxies, for Clients
 	direct  []redis.UniversalClient // straight to the servers, past any fault
 	admin   *redlock.Redlock        // over direct, for Lose
