@@ -11,7 +11,7 @@ import (
 )
 
 // Every Go block in README.md is a whole file that compiles and passes go
-// vet against this module: each is written to a package of its own under
+// vet against this module, and a block that holds a test passes it: each is written to a package of its own under
 // testdata (which ./... patterns skip) and vetted there. Blocks that import
 // redlockotel are vetted in that module (redlockotel/readme_test.go).
 func TestReadmeGoBlocksCompile(t *testing.T) {
@@ -32,6 +32,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	args := []string{"vet"}
+	var tests []string
 	for i, b := range blocks {
 		src := b[1]
 		if strings.Contains(src, `"github.com/go-redlock/redlock/redlockotel"`) {
@@ -45,12 +46,26 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		if err := os.MkdirAll(pkg, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(pkg, "main.go"), []byte(src), 0o644); err != nil {
+		name := "main.go"
+		if strings.Contains(src, "func Test") {
+			// A test of the user's, as README shows it: it runs.
+			name = "main_test.go"
+			tests = append(tests, "./"+filepath.ToSlash(pkg))
+		}
+		if err := os.WriteFile(filepath.Join(pkg, name), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "./"+filepath.ToSlash(pkg))
 	}
 	out, err := exec.Command("go", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if len(tests) == 0 {
+		t.Fatal("README.md shows no test of a user's (the redlocktest section's)")
+	}
+	args = append([]string{"test", "-count=1"}, tests...)
+	out, err = exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
