@@ -49,8 +49,9 @@
 // everything at once, whatever the faults, and leaves no goroutine behind.
 //
 // The faults act as on a real node. A node that is down refuses
-// connections: redlock's calls to it fail at once (go-redis logs each dial
-// it retries; [redis.SetLogger] silences that). A hung node takes
+// connections: redlock's calls to it fail at once, or at the node timeout
+// while go-redis retries its dial (and logs each try; [redis.SetLogger]
+// silences that). A hung node takes
 // connections and requests and never answers: a call to it ends at the
 // caller's node timeout ([redlock.WithNodeTimeout], 100ms by default; an
 // Acquire that fails waits one more for its cleanup there, and a node hung

@@ -1,0 +1,342 @@
+package redlocktest_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/redlocktest"
+)
+
+// A lock whose holder never releases it (a crashed process) can be taken
+// by another once its ttl has passed, and not before: the nodes' keys
+// expire in real time.
+func TestTTLExpiresInRealTime(t *testing.T) {
+	nodes := redlocktest.New(t, 3)
+	crashed, other := newRedlock(t, nodes), newRedlock(t, nodes)
+	ctx := context.Background()
+	const ttl = 200 * time.Millisecond
+	start := time.Now()
+	_, err := crashed.Acquire(ctx, []string{"job"}, ttl)
+	require.NoError(t, err)
+
+	_, err = other.Acquire(ctx, []string{"job"}, ttl, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire at once of a held lock")
+
+	ctx5, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = other.Acquire(ctx5, []string{"job"}, ttl,
+		redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Millisecond), redlock.WithRetryJitter(0))
+	took := time.Since(start)
+	require.NoError(t, err, "Acquire of a lock whose holder crashed")
+	t.Logf("the lock was free again %v after the crashed holder's Acquire (ttl %v)", took, ttl)
+	assert.GreaterOrEqual(t, took, ttl, "taken again before its ttl")
+	assert.Less(t, took, ttl+time.Second, "taken again long after its ttl")
+}
+
+// warm makes every node's client connect, so that a fault meets open
+// connections, as it does in a running program.
+func warm(t *testing.T, rl *redlock.Redlock) {
+	t.Helper()
+	lock, err := rl.Acquire(context.Background(), []string{"warm"}, time.Second)
+	require.NoError(t, err, "Acquire on healthy nodes")
+	_, err = lock.Release(context.Background())
+	require.NoError(t, err)
+}
+
+// votedFor returns the nodes that voted for the last attempt of err (an
+// *ExecutionError) and its votes against.
+func votes(t *testing.T, err error) ([]int, []*redlock.NodeError) {
+	t.Helper()
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	last := ee.Attempts[len(ee.Attempts)-1]
+	return last.VotesFor, last.VotesAgainst
+}
+
+// A hung node costs a call its node timeout, never more: with one of three
+// hung a lock is acquired on the quorum without waiting for it; with two,
+// Acquire fails after the node timeout, plus at most one more for the
+// cleanup of what it may have written there, with an error that is not
+// ErrResourceLocked. Heal brings the nodes back.
+func TestHangEndsAtTheNodeTimeout(t *testing.T) {
+	const nodeTimeout = 250 * time.Millisecond
+	nodes := redlocktest.New(t, 3)
+	rl := newRedlock(t, nodes, redlock.WithNodeTimeout(nodeTimeout))
+	warm(t, rl)
+	ctx := context.Background()
+
+	nodes.Hang(2)
+	start := time.Now()
+	lock, err := rl.Acquire(ctx, []string{"one-hung"}, time.Second, redlock.WithRetryCount(0))
+	took := time.Since(start)
+	require.NoError(t, err, "Acquire with node 2 of 3 hung")
+	assert.NotContains(t, lock.Attempts()[0].VotesFor, 2)
+	assert.Less(t, took, nodeTimeout, "Acquire with one node hung waited for it")
+	t.Logf("Acquire with 1 of 3 hung: %v", took)
+
+	nodes.Hang(1)
+	start = time.Now()
+	_, err = rl.Acquire(ctx, []string{"two-hung"}, time.Second, redlock.WithRetryCount(0))
+	took = time.Since(start)
+	require.Error(t, err, "Acquire with nodes 1 and 2 of 3 hung")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	t.Logf("Acquire with 2 of 3 hung, node timeout %v: %v: %v", nodeTimeout, took, err)
+	assert.GreaterOrEqual(t, took, nodeTimeout, "Acquire failed before the node timeout")
+	assert.Less(t, took, 2*nodeTimeout+500*time.Millisecond, "Acquire outlived the node timeout and its cleanup's")
+	_, against := votes(t, err)
+	require.NotEmpty(t, against)
+	for _, ne := range against {
+		var te *redlock.NodeTimeoutError
+		if assert.ErrorAs(t, ne, &te, "node %d's vote against", ne.Node) {
+			// Node 2's circuit is open since the first Acquire: its call
+			// was not sent, and fails at once.
+			assert.Equal(t, nodeTimeout, te.Timeout)
+		}
+		assert.Contains(t, []int{1, 2}, ne.Node, "a healthy node voted against: %v", ne)
+	}
+
+	nodes.Heal(1)
+	nodes.Heal(2)
+	ctx5, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lock, err = rl.Acquire(ctx5, []string{"healed"}, time.Second)
+	require.NoError(t, err, "Acquire once healed")
+	_, err = rl.Inspect(ctx5, "healed") // every node answers again
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		in, err := rl.Inspect(ctx5, "healed")
+		return err == nil && len(in.Holders) == 1 && in.Holders[0].Nodes == 3
+	}, 3*time.Second, 20*time.Millisecond, "the healed nodes hold the lock")
+	_, err = lock.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A node hung before its client ever connected is waited for as a
+// connection's set-up: 5 node timeouts (redlock's rule), not forever.
+func TestHangBeforeTheFirstConnection(t *testing.T) {
+	nodes := redlocktest.New(t, 3)
+	rl := newRedlock(t, nodes) // node timeout 100ms
+	nodes.Hang(1)
+	nodes.Hang(2)
+	start := time.Now()
+	_, err := rl.Acquire(context.Background(), []string{"r"}, time.Second, redlock.WithRetryCount(0))
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	t.Logf("Acquire with 2 of 3 hung from the start: %v: %v", took, err)
+	assert.GreaterOrEqual(t, took, 100*time.Millisecond)
+	assert.Less(t, took, 6*100*time.Millisecond+500*time.Millisecond)
+	nodes.Heal(1) // a Redlock closes at once once its calls are answered
+	nodes.Heal(2)
+}
+
+// A node that is down refuses connections: a lock is still acquired on the
+// quorum with one of three down, and with two down Acquire fails with an
+// error that is not ErrResourceLocked. Heal brings them back, at the same
+// addresses.
+func TestDown(t *testing.T) {
+	nodes := redlocktest.New(t, 3)
+	rl := newRedlock(t, nodes)
+	warm(t, rl)
+	ctx := context.Background()
+
+	nodes.Down(0)
+	lock, err := rl.Acquire(ctx, []string{"one-down"}, time.Second, redlock.WithRetryCount(0))
+	require.NoError(t, err, "Acquire with node 0 of 3 down")
+	assert.ElementsMatch(t, []int{1, 2}, lock.Attempts()[0].VotesFor)
+	_, err = lock.Release(ctx)
+	require.NoError(t, err, "Release with node 0 of 3 down")
+
+	nodes.Down(2)
+	start := time.Now()
+	_, err = rl.Acquire(ctx, []string{"two-down"}, time.Second, redlock.WithRetryCount(0))
+	took := time.Since(start)
+	require.Error(t, err, "Acquire with nodes 0 and 2 of 3 down")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	t.Logf("Acquire with 2 of 3 down: %v: %v", took, err)
+	assert.Less(t, took, 2*time.Second)
+	_, against := votes(t, err)
+	for _, ne := range against {
+		assert.Contains(t, []int{0, 2}, ne.Node, "a healthy node voted against: %v", ne)
+	}
+
+	nodes.Heal(0)
+	nodes.Heal(2)
+	ctx5, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = rl.Acquire(ctx5, []string{"healed"}, time.Second)
+	require.NoError(t, err, "Acquire once healed")
+}
+
+// ping sends PING on c and reads one line of the answer.
+func ping(c net.Conn, r *bufio.Reader, wait time.Duration) (string, error) {
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	return r.ReadString('\n')
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// What Down and Heal do on the wire: open connections are cut, new ones
+// refused; after Heal, the same address answers.
+func TestDownOnTheWire(t *testing.T) {
+	nodes := redlocktest.New(t, 1)
+	addr := nodes.Addrs()[0]
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line, err := ping(c, r, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "+PONG\r\n", line)
+
+	nodes.Down(0)
+	_, err = ping(c, r, time.Second)
+	require.Error(t, err, "PING on a connection open when the node went down")
+	assert.False(t, isTimeout(err), "the connection was not cut: %v", err)
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	require.Error(t, err, "dial a node that is down")
+	assert.Contains(t, err.Error(), "refused")
+	nodes.Down(0) // twice is once
+
+	nodes.Heal(0)
+	c2, err := net.Dial("tcp", addr)
+	require.NoError(t, err, "dial a healed node")
+	defer c2.Close()
+	line, err = ping(c2, bufio.NewReader(c2), time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "+PONG\r\n", line)
+}
+
+// What Hang and Heal do on the wire: connections are taken, requests read
+// and never answered, and none reaches the node (a SET sent while hung is
+// not there after); Heal cuts the connections opened before it.
+func TestHangOnTheWire(t *testing.T) {
+	nodes := redlocktest.New(t, 1)
+	addr := nodes.Addrs()[0]
+	before, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer before.Close()
+	rb := bufio.NewReader(before)
+	_, err = ping(before, rb, time.Second)
+	require.NoError(t, err)
+
+	nodes.Hang(0)
+	_, err = ping(before, rb, 200*time.Millisecond)
+	assert.True(t, isTimeout(err), "PING on a hung node's open connection: %v, want a timeout", err)
+	during, err := net.DialTimeout("tcp", addr, time.Second)
+	require.NoError(t, err, "dial a hung node")
+	defer during.Close()
+	_, err = during.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"))
+	require.NoError(t, err)
+	rd := bufio.NewReader(during)
+	_, err = ping(during, rd, 200*time.Millisecond)
+	assert.True(t, isTimeout(err), "PING on a new connection to a hung node: %v, want a timeout", err)
+
+	nodes.Heal(0)
+	for name, c := range map[string]struct {
+		net.Conn
+		*bufio.Reader
+	}{"before": {before, rb}, "during": {during, rd}} {
+		_, err := ping(c.Conn, c.Reader, time.Second)
+		assert.Error(t, err, "the connection opened %s the hang, after Heal", name)
+		assert.False(t, isTimeout(err), "the connection opened %s the hang was not cut: %v", name, err)
+	}
+	err = nodes.Clients()[0].Get(context.Background(), "k").Err()
+	assert.Equal(t, redis.Nil, err, "GET of a key SET while the node hung")
+}
+
+// Restart empties a node, its scripts included, and cuts its connections;
+// the other nodes keep theirs. A node restarted while down comes back
+// empty at Heal.
+func TestRestart(t *testing.T) {
+	nodes := redlocktest.New(t, 2)
+	ctx := context.Background()
+	c0, c1 := nodes.Clients()[0], nodes.Clients()[1]
+	for _, c := range []redis.UniversalClient{c0, c1} {
+		require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+	}
+	sha, err := c0.ScriptLoad(ctx, "return 1").Result()
+	require.NoError(t, err)
+	raw, err := net.Dial("tcp", nodes.Addrs()[0])
+	require.NoError(t, err)
+	defer raw.Close()
+
+	nodes.Restart(0)
+	_, err = ping(raw, bufio.NewReader(raw), time.Second)
+	assert.Error(t, err, "a connection open across a restart")
+	assert.Equal(t, redis.Nil, c0.Get(ctx, "k").Err(), "GET k on the restarted node")
+	exists, err := c0.ScriptExists(ctx, sha).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, exists, "a script on the restarted node")
+	assert.Equal(t, "v", c1.Get(ctx, "k").Val(), "the other node's key")
+
+	require.NoError(t, c0.Set(ctx, "k", "v", 0).Err())
+	nodes.Down(0)
+	nodes.Restart(0)
+	_, err = net.DialTimeout("tcp", nodes.Addrs()[0], time.Second)
+	assert.Error(t, err, "a node restarted while down is still down")
+	nodes.Heal(0)
+	assert.Equal(t, redis.Nil, c0.Get(ctx, "k").Err(), "GET k on a node restarted while down")
+}
+
+// A lock held by Using stays held through a restart of one of its nodes:
+// the next extension writes its key there again.
+func TestRestartDuringUsingKeepsTheLock(t *testing.T) {
+	nodes := redlocktest.New(t, 3)
+	rl := newRedlock(t, nodes, redlock.WithAutomaticExtensionThreshold(150*time.Millisecond))
+	ctx := context.Background()
+	err := rl.Using(ctx, []string{"r"}, 300*time.Millisecond, func(ctx context.Context) error {
+		nodes.Restart(0)
+		in, err := rl.Inspect(ctx, "r")
+		require.NoError(t, err)
+		require.Len(t, in.Holders, 1)
+		assert.Equal(t, 2, in.Holders[0].Nodes, "nodes holding the lock just after a restart")
+		// Held on all three again after an extension (one every ~150ms).
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			in, err = rl.Inspect(ctx, "r")
+			if err == nil && len(in.Holders) == 1 && in.Holders[0].Nodes == 3 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		assert.Equal(t, 3, in.Holders[0].Nodes, "nodes holding the lock after its extensions")
+		time.Sleep(400 * time.Millisecond) // a few more extensions
+		return ctx.Err()
+	})
+	assert.NoError(t, err, "Using across a restart")
+}
+
+// A call with a context already cancelled sends nothing and leaves the
+// nodes as they were.
+func TestCancelledContext(t *testing.T) {
+	nodes := redlocktest.New(t, 3)
+	rl := newRedlock(t, nodes)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := rl.Acquire(ctx, []string{"r"}, time.Second)
+	assert.ErrorIs(t, err, context.Canceled)
+	ran := false
+	err = rl.Using(ctx, []string{"r"}, time.Second, func(context.Context) error { ran = true; return nil })
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ran, "Using ran fn with a cancelled ctx")
+	assert.ErrorIs(t, nodes.Lose("r"), redlock.ErrNotHeld, "Lose of what a cancelled Acquire tried")
+	_, err = rl.Acquire(context.Background(), []string{"r"}, time.Second, redlock.WithRetryCount(0))
+	assert.NoError(t, err)
+}
