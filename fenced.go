@@ -29,7 +29,12 @@ import (
 // resource's hash tag, or resource itself when it has none (or, for a
 // resource with a '}' and no hash tag, a number that hashes to the same
 // Cluster slot). It is there to inspect a counter, or to delete it together
-// with the records it protects.
+// with the records it protects (a counter that vanished would start again
+// at 1, and the protected records would refuse every new holder). A grant
+// writes its token back to a quorum, not to every node: a node that voted
+// against, or was slow, keeps a lower counter until a later grant reaches
+// it. Read a counter as the highest of a quorum of nodes
+// ([Redlock.Inspect]'s Counter), never from one node.
 func FenceKey(resource string) string { return fenceKey(resource) }
 
 // fenceKey returns the key of resource's fencing counter on every node:
