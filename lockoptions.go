@@ -40,7 +40,7 @@ func WithWakeOnRelease(on bool) LockOption {
 // resource itself; so a Redis Cluster keeps it in the resource's slot),
 // with no expiry ([FenceKey] gives the name; names in redlock:fence:* are
 // refused as resources): about 110 bytes per resource ever fenced (measured
-// on Redis 7.0; the figures are in README.md). A fenced
+// on Redis 7.0: benchmarks/README.md, "What each feature costs"). A fenced
 // Acquire makes one more round trip after its quorum: it writes the token
 // back to the nodes, and the lock is granted when a quorum took it within
 // the lock's validity. On healthy nodes the first fenced lock of a resource
@@ -50,8 +50,9 @@ func WithWakeOnRelease(on bool) LockOption {
 // quorum in time may skip a number).
 //
 // The guarantee holds under the same assumptions as mutual exclusion, a
-// majority of nodes up and keeping their data; the package doc gives the
-// argument and what breaks it. The option applies to Acquire and Using;
+// majority of nodes up and keeping their data; RELIABILITY.md gives the
+// argument ("Why it holds") and what breaks it ("Tokens and data loss").
+// The option applies to Acquire and Using;
 // Extend keeps the token, and Release leaves the counters as they are.
 func WithFencing(on bool) LockOption {
 	return func(c *config) { c.fencing = on }
@@ -72,11 +73,18 @@ func WithFencing(on bool) LockOption {
 // twice on a node that lacks the scripts (after a restart). A node ends a
 // WAIT up to 1000/hz ms after its timeout (100ms with Redis's default hz
 // 10), so leave that much room too: WithNodeTimeout(500ms) for a wait of
-// 100ms, say. On a
-// Redis Cluster, the script and WAIT go to the shard's primary on one of its
-// own connections. replicas 0 turns it off. WAIT is not consensus: Redis's
-// documentation notes that a failover can still lose an acknowledged write
-// in rare cases (a replica that took it but is not the one promoted).
+// 100ms, say. go-redis reads WAIT's answer under the client's ReadTimeout,
+// so a call on a client whose ReadTimeout is below the wait + 100ms is
+// refused with an error matching [ErrInvalidArgument], before anything is
+// sent. On a Redis Cluster, the script and WAIT go to the shard's primary
+// on one of its own connections. The calls of a lock that waits for
+// replicas, its release included, take lanes of their own on each node
+// (with their own bound on parked goroutines, see [WithNodeTimeout]), so
+// that plain locks never wait behind a WAIT. replicas 0 turns it off.
+// WAIT is not consensus: Redis's documentation notes that a failover can
+// still lose an acknowledged write in rare cases (a replica that took it but
+// is not the one promoted); ask for every replica when that matters, and
+// let the Sentinels or the Cluster promote the most up-to-date one.
 // Default: off.
 func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {
@@ -116,8 +124,12 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 // resource + ":" + i, in its Cluster slot), and its own key holds
 // "redlock:permits:n" while a permit is held. A permit is a lock on one of
 // the permit keys, granted when a quorum took the same one, so the argument
-// for mutual exclusion bounds each permit to one holder. Each acquire reads
-// the n permit keys on every node, so n is at most 1024.
+// for mutual exclusion bounds each permit to one holder (counting holders
+// per node would not: RELIABILITY.md, "Why it holds"). Each node takes a
+// free permit in an order drawn from the attempt's random value, so that
+// contenders spread over the permits; a node that took another permit than
+// the quorum's releases it at once. Each acquire reads the n permit keys on
+// every node, so n is at most 1024.
 //
 // All the users of a resource must agree on its kind: a semaphore call on a
 // resource held as a semaphore of another n, or as a shared lock, fails at
@@ -125,7 +137,9 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 // permits are held on waits until they are all released (and a semaphore
 // waits for an exclusive holder). WithPermits(1), the default, is the
 // exclusive lock, unchanged on the wire. It cannot be combined with
-// [WithFencing] or [WithShared]. n out of [1, 1024] is refused.
+// [WithShared], nor with [WithFencing]: a token orders holders that exclude
+// each other, and permits are held side by side (fence the exclusive lock
+// that writes). n out of [1, 1024] is refused.
 func WithPermits(n int) LockOption {
 	return func(c *config) { c.permits = n }
 }
@@ -166,8 +180,8 @@ func WithShared(on bool) LockOption {
 // been made since the nodes granted it, or window has passed since then (so
 // that waiters in other processes get their turn); less than half its ttl
 // is left; an Extend of it is in flight; no such waiter waits. The
-// argument that mutual exclusion and validity hold is in the package doc
-// ("Contended locks"). max 0 turns it off; max is at most 2^20 and window
+// argument that mutual exclusion and validity hold is in RELIABILITY.md
+// ("Why it holds"). max 0 turns it off; max is at most 2^20 and window
 // must be positive. Only exclusive locks are handed over, and not with
 // [WithFairQueue], whose queue decides who is next, nor without
 // [WithWakeOnRelease]: New's default does not apply to those, and
@@ -189,7 +203,11 @@ func WithHandOver(max int, window time.Duration) HandOverOption {
 // once a quorum of nodes announced it ([WithWakeOnRelease]). A waiter asks
 // again at least every third of a second (5/3 node timeouts if longer) to
 // keep its place; one that gives up leaves at once, one that vanished after
-// a second (a lock handed to it stays for its ttl).
+// a second (a lock handed to it stays for its ttl). A node hands the
+// resource over after it answered the head's last attempt "queued", so the
+// head counts its validity from the start of that attempt, never counting
+// time that a node does not; with less than half its ttl left so counted,
+// it makes an attempt instead (RELIABILITY.md, "Why it holds").
 //
 // Only Acquires with this option queue. Other clients (a plain Acquire,
 // node-redlock, redsync, SET NX) find a resource handed to a waiter held;
