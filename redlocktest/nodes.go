@@ -32,7 +32,7 @@ type Nodes struct {
 	addrs   []string                // the proxies', which the users' clients dial
 	clients []redis.UniversalClient // through the proxies, for Clients
 	direct  []redis.UniversalClient // straight to the servers, past any fault
-	admin   *redlock.Redlock        // over direct, for Lose
+	admins  []*redlock.Redlock      // one per node over direct, for Lose
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -67,16 +67,18 @@ func Start(n int) (*Nodes, error) {
 		ns.proxies = append(ns.proxies, p)
 		ns.addrs = append(ns.addrs, p.addr)
 		ns.clients = append(ns.clients, redis.NewClient(&redis.Options{Addr: p.addr}))
-		ns.direct = append(ns.direct, redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+		direct := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		ns.direct = append(ns.direct, direct)
+		// One Redlock per node, so that Lose works on any number of nodes
+		// (New refuses 2), and a node timeout far above an in-process round
+		// trip: Lose must reach every node even on a machine under load.
+		admin, err := redlock.New([]redis.UniversalClient{direct}, redlock.WithNodeTimeout(time.Second))
+		if err != nil {
+			ns.Close()
+			return nil, fmt.Errorf("redlocktest: Start(%d): %w", n, err)
+		}
+		ns.admins = append(ns.admins, admin)
 	}
-	// A node timeout far above an in-process round trip: Lose must reach
-	// every node even on a machine under load.
-	admin, err := redlock.New(ns.direct, redlock.WithNodeTimeout(time.Second))
-	if err != nil {
-		ns.Close()
-		return nil, fmt.Errorf("redlocktest: Start(%d): %w", n, err)
-	}
-	ns.admin = admin
 	return ns, nil
 }
 
@@ -102,8 +104,8 @@ func New(tb testing.TB, n int) *Nodes {
 func (n *Nodes) Close() {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
-		if n.admin != nil {
-			_ = n.admin.Close() // nothing in flight: Lose waits for its calls
+		for _, a := range n.admins {
+			_ = a.Close() // nothing in flight: Lose waits for its calls
 		}
 		for _, c := range n.clients {
 			_ = c.Close()
@@ -215,19 +217,29 @@ func (n *Nodes) Lose(resource string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	insp, err := n.admin.Inspect(ctx, resource)
-	if err == nil && len(insp.Errors) > 0 {
-		err = errors.Join(insp.Errors...)
+	held := false
+	for _, a := range n.admins {
+		insp, err := a.Inspect(ctx, resource)
+		if err == nil && len(insp.Errors) > 0 {
+			err = errors.Join(insp.Errors...)
+		}
+		if err != nil {
+			return fmt.Errorf("redlocktest: Lose(%q): %w", resource, err)
+		}
+		held = held || len(insp.Holders) > 0
 	}
-	if err != nil {
-		return fmt.Errorf("redlocktest: Lose(%q): %w", resource, err)
-	}
-	if len(insp.Holders) == 0 {
+	if !held {
 		return fmt.Errorf("redlocktest: Lose(%q): %w: no node holds anything on %q (the name, or a lock already released or expired?)",
 			resource, redlock.ErrNotHeld, resource)
 	}
-	if err := n.admin.ForceRelease(ctx, resource); err != nil {
-		return fmt.Errorf("redlocktest: Lose(%q): %w", resource, err)
+	var errs []error
+	for i, a := range n.admins {
+		if err := a.ForceRelease(ctx, resource); err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("redlocktest: Lose(%q): %w", resource, errors.Join(errs...))
 	}
 	return nil
 }
