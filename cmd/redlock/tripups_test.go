@@ -170,7 +170,7 @@ func lastLine(s string) string {
 }
 
 // --report tells the command's exit code from redlock's own that has the
-// same number; --conflict-exit-code 0 (the README's systemd unit) makes a
+// same number; --conflict-exit-code 0 (cmd/redlock/README.md's systemd unit) makes a
 // skipped run a success and leaves 75 to the command.
 func TestReportSaysWhoseExitCode(t *testing.T) {
 	c := newCluster(t)
@@ -188,9 +188,9 @@ func TestReportSaysWhoseExitCode(t *testing.T) {
 	r = c.run(t, "elect", "--report", "--wait", "0", "codes-e", "--", "sh", "-c", "exit 69")
 	assert.Equal(t, "redlock elect: exit 69 (command)", lastLine(r.stderr))
 
-	// The README's systemd unit: its ExecStart, with the nodes from the
-	// test's environment and the command replaced.
-	b, err := os.ReadFile("../../README.md")
+	// cmd/redlock/README.md's systemd unit: its ExecStart, with the nodes
+	// from the test's environment and the command replaced.
+	b, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	var unit []string
 	in := false
@@ -204,7 +204,7 @@ func TestReportSaysWhoseExitCode(t *testing.T) {
 			unit = append(unit, l)
 		}
 	}
-	require.NotEmpty(t, unit, "README's systemd unit")
+	require.NotEmpty(t, unit, "cmd/redlock/README.md's systemd unit")
 	var execStart []string
 	for _, l := range unit {
 		assert.NotContains(t, l, "SuccessExitStatus=75", "a command that exits 75 would pass for a skipped run")
