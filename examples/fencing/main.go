@@ -7,7 +7,7 @@
 //	go run ./examples/fencing -addrs 127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381
 //
 // The store here is a map in memory; the same check in SQL and in a Redis
-// script is in README.md ("Fencing tokens").
+// script is in the doc of redlock's Lock.Token.
 package main
 
 import (
