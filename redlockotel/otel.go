@@ -1,31 +1,76 @@
 // Package redlockotel records what a redlock.Redlock does as OpenTelemetry
 // spans and metrics. It is a module of its own, so that the library itself
-// pulls in nothing of OpenTelemetry.
+// pulls in nothing of OpenTelemetry:
+//
+//	go get github.com/go-redlock/redlock/redlockotel  # Go 1.24 or later, OpenTelemetry v1.41 or later
 //
 //	obs, err := redlockotel.New() // the global TracerProvider and MeterProvider
 //	rl, err := redlock.New(clients, redlock.WithObserver(obs))
 //
 // Spans: one per Acquire, Extend, Release and Using ("redlock.acquire", ...),
 // a child of the span in the caller's ctx, with the attempts, the votes of
-// the last attempt and the outcome as attributes. They are recorded when the
-// call returns, with its start and end times; the engine batches the calls
-// of many callers into one pipeline per node, so go-redis's own command spans
-// (redisotel) are not their children.
+// the last attempt, the outcome and a fenced lock's token as attributes.
+// They are recorded when the call returns, with its real start and end
+// times; the engine batches the calls of many callers into one pipeline per
+// node, so go-redis's own command spans (redisotel) are not their children.
 //
-// Metrics, in seconds where they are durations, with db.system.name=redis on
-// every point:
+// # Metrics
 //
-//	redlock.operation.duration  histogram  op, outcome: Acquire (the wait for the lock), Extend, Release
-//	redlock.operations          counter    op, outcome
-//	redlock.acquire.attempts    histogram  outcome: attempts per Acquire
-//	redlock.attempt.votes_against counter  op, node, error.type: each node's vote against
-//	redlock.lock.hold.duration  histogram  from the grant to the release
-//	redlock.locks.lost          counter    locks Using could not keep
-//	redlock.waits               counter    woken: pauses between attempts, ended by a release or by the delay
+// Durations are in seconds, and every point has db.system.name=redis. The
+// attributes: redlock.operation (acquire, extend, release), redlock.outcome
+// (redlock.Outcome's values: ok, contention, expired, canceled, invalid,
+// node_failure), redlock.node (a node's address, host:port, never a
+// password), error.type, redlock.lost and redlock.woken.
 //
-// Outcomes are redlock.Outcome's values (ok, contention, expired, canceled,
-// invalid, node_failure). Resource names are not attributes unless
-// WithResourceAttribute maps them to a bounded set.
+//   - redlock.operation.duration (histogram; operation, outcome): how long
+//     Acquire (the wait for the lock included), Extend and Release took.
+//     Acquire's is the wait for the lock: alert on its upper percentiles
+//     for ok.
+//   - redlock.operations (counter; operation, outcome): the calls. A rising
+//     node_failure rate means a quorum is hard to reach: page; contention
+//     is normal, up to what your design expects.
+//   - redlock.acquire.attempts (histogram; outcome): attempts per Acquire.
+//     Many mean heavy contention or sick nodes.
+//   - redlock.attempt.votes_against (counter; operation, node, error.type:
+//     held, gone, timeout, circuit_open, replica_ack, canceled, error): each
+//     node's votes against. One node's timeout, circuit_open or error
+//     rising: that node is sick before the quorum is.
+//   - redlock.lock.hold.duration (histogram; lost): from the grant to the
+//     release, or to the loss. How long critical sections hold their locks:
+//     compare with the ttl.
+//   - redlock.locks.lost (counter): locks found lost, by an Extend that
+//     found the lock gone or by Using, which could not keep it. Any
+//     increase: a critical section may have run without its lock to the
+//     end: page.
+//   - redlock.waits (counter; woken): pauses between attempts, ended by a
+//     release announcement (woken) or by the retry delay.
+//
+// The series of redlock.operations (every operation and outcome),
+// redlock.locks.lost and redlock.waits exist at zero from the start, so
+// that an alert on any increase sees the first event. With
+// WithResourceAttribute (whose values are not known before), and for votes
+// against (labelled by node), a series appears with its first event.
+// Resource names are not attributes (they are unbounded) unless
+// WithResourceAttribute maps them to a bounded set, such as their prefix.
+//
+// # Prometheus
+//
+// Use OpenTelemetry's Prometheus exporter rather than a second
+// instrumentation. The program in redlockotel/example is a service whose
+// workers contend for three locks and which serves /metrics that way:
+//
+//	cd redlockotel/example && go run .
+//	curl -s localhost:2112/metrics | grep redlock_
+//
+// There the names follow the exporter's rules:
+// redlock_operations_total{redlock_operation="acquire",redlock_outcome="ok",...},
+// redlock_attempt_votes_against_total{error_type="held",redlock_node="127.0.0.1:6379",...},
+// and so on.
+//
+// otel_test.go checks, with the SDK's in-memory span recorder and a manual
+// metric reader on real nodes, the spans and metrics of a scripted run: a
+// held lock, a contended try-lock, a hung minority node, a lock lost under
+// Using. What the observer costs: benchmarks/README.md in the repository.
 package redlockotel
 
 import (

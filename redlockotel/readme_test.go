@@ -45,7 +45,9 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		args = append(args, "./"+filepath.ToSlash(pkg))
 	}
 	if len(args) == 1 {
-		t.Fatal("no README Go block imports redlockotel")
+		// README.md (a tour since issue 34) shows redlockotel's use no more;
+		// ExampleNew is its example.
+		t.Skip("no README Go block imports redlockotel")
 	}
 	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
