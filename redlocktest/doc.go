@@ -13,17 +13,17 @@
 //		nodes := redlocktest.New(t, 3) // stopped when the test ends
 //		// What main does with redlock.Open(os.Getenv("REDLOCK_NODES")). A short
 //		// threshold, so that a 300ms lock is extended, and its loss seen, early.
-//		rl, err := redlock.New(nodes.Clients(), redlock.WithAutomaticExtensionThreshold(150*time.Millisecond))
+//		rl, err := redlock.Open(nodes.List(), redlock.WithAutomaticExtensionThreshold(150*time.Millisecond))
 //		if err != nil {
 //			t.Fatal(err)
 //		}
 //		t.Cleanup(func() { _ = rl.Close() }) // runs before the nodes stop
 //
 //		nodes.Down(2) // a crashed node: 2 of 3 still make a quorum
-//		rows, written := make([]string, 1000), 0
+//		rows, calls := make([]string, 1000), 0
 //		write := func(string) error {
-//			written++
-//			if written == 2 { // the lock is taken away during the export
+//			calls++
+//			if calls == 2 { // the lock is taken away during the export
 //				if err := nodes.Lose("report:daily"); err != nil {
 //					return err
 //				}

@@ -44,7 +44,7 @@ func ExampleNodes_Lose() {
 	defer nodes.Close()
 	// A short threshold, so that a 300ms lock is extended, and its loss
 	// seen, early.
-	rl, err := redlock.New(nodes.Clients(), redlock.WithAutomaticExtensionThreshold(150*time.Millisecond))
+	rl, err := redlock.Open(nodes.List(), redlock.WithAutomaticExtensionThreshold(150*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
