@@ -17,8 +17,8 @@ import (
 // inside are shared and must not be changed): an observer cannot change the
 // locking. It can slow it down, so a hook must return quickly (count, record,
 // hand off). A hook that panics is recovered and ignored. Without an
-// observer nothing is copied for it: a call allocates no more than before
-// the hooks existed (benchmarks/README.md, "What each feature costs").
+// observer nothing is copied or allocated for it (benchmarks/README.md,
+// "What each feature costs").
 type Observer struct {
 	// Attempt is called after each attempt of an operation on every node.
 	Attempt func(AttemptInfo)
