@@ -22,7 +22,7 @@ import (
 //     lock's validity; otherwise the attempt failed, and is cleaned up as
 //     any failed attempt.
 //
-// The argument that tokens grow is in the package doc ("Fencing tokens").
+// The argument that tokens grow is in RELIABILITY.md ("Why it holds").
 
 // FenceKey returns the key under which every node keeps resource's fencing
 // counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is

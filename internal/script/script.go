@@ -80,8 +80,8 @@ return #KEYS
 	// or that a slower extension (or the acquire) had not reached, takes the
 	// lock back, so that a lock held through a rolling restart keeps its
 	// spread instead of eroding node by node. A key that holds another value
-	// makes it write nothing on the node (see "Extensions restore" in the
-	// package doc for why restoring cannot make two holders).
+	// makes it write nothing on the node (see RELIABILITY.md, "Why it
+	// holds", for why restoring cannot make two holders).
 	extendSrc = `
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
