@@ -66,7 +66,14 @@ func WithFencing(on bool) LockOption {
 // the failed attempt's cleanup or the lock's release deletes it. So a lock
 // survives a failover of a node (a Sentinel group, a Cluster shard) to a
 // replica that took it. Releases are not waited for. ExecutionStats
-// .ReplicaAcks says how many replicas each node's write reached.
+// .ReplicaAcks says how many replicas each node's write reached. Three
+// Sentinel groups as the nodes, each write acknowledged by one replica
+// within 100ms (every node must have the replicas asked for):
+//
+//	a := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "locks-a", SentinelAddrs: sentinels})
+//	// b and c likewise
+//	rl, err := redlock.New([]redis.UniversalClient{a, b, c},
+//		redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithReplicaAck(1, 100*time.Millisecond))
 //
 // timeout must be a whole number of milliseconds, below half the node
 // timeout ([WithNodeTimeout]): each call waits for its replicas within it,
