@@ -54,10 +54,12 @@
 // silences that). A hung node takes
 // connections and requests and never answers: a call to it ends at the
 // caller's node timeout ([redlock.WithNodeTimeout], 100ms by default; an
-// Acquire that fails waits one more for its cleanup there, and a node hung
-// before its client's first connection is waited for 5 node timeouts, the
-// wait redlock gives a connection's set-up). A [redlock.Redlock.Close] made
-// while a node hangs waits for the calls parked on it, a second at most:
+// Acquire that fails waits one more for its cleanup there, and a call that
+// must open a connection to a hung node, its client's first or one more
+// while the others are parked there, waits up to 5 node timeouts, what
+// redlock gives a connection's set-up). A [redlock.Redlock.Close] made
+// while a node hangs waits for the calls parked on it, up to a second (two
+// node timeouts, when longer):
 // Heal the node first, or let [Nodes.Close] cut them. A node restarted
 // with [Nodes.Restart] is empty, and redlock's next extension of a held
 // lock writes its keys there again, so the lock stays held.
@@ -70,8 +72,8 @@
 // [redlock.WithReplicaAck] or [redlock.WithAOFAck] is against it. INFO
 // server has no run_id, so redlock cannot tell one server reached by two
 // names (each node here is its own server, so nothing is lost). There is
-// no persistence. miniredis computes SHA-1 for EVALSHA, so the nodes do not
-// run under GODEBUG=fips140=only. Every kind of lock (fenced, semaphore,
+// no persistence. miniredis hashes every script with SHA-1, so under
+// GODEBUG=fips140=only a node panics at the first script. Every kind of lock (fenced, semaphore,
 // shared, fair queue, election), waking on release, Inspect and
 // ForceRelease work as on redis-server.
 //

@@ -99,9 +99,10 @@ func TestHangEndsAtTheNodeTimeout(t *testing.T) {
 	for _, ne := range against {
 		var te *redlock.NodeTimeoutError
 		if assert.ErrorAs(t, ne, &te, "node %d's vote against", ne.Node) {
-			// Node 2's circuit is open since the first Acquire: its call
-			// was not sent, and fails at once.
-			assert.Equal(t, nodeTimeout, te.Timeout, "node %d's vote against: %v", ne.Node, ne)
+			// The node timeout, or (a call that had to open a connection
+			// to the hung node, its others being parked there) the wait
+			// for a connection's set-up, 5 of them capped at the validity.
+			assert.GreaterOrEqual(t, te.Timeout, nodeTimeout, "node %d's vote against: %v", ne.Node, ne)
 		}
 		assert.Contains(t, []int{1, 2}, ne.Node, "a healthy node voted against: %v", ne)
 	}
