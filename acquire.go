@@ -22,11 +22,12 @@ import (
 // Acquire returns an error matching [ErrInvalidArgument] for bad input (no or
 // empty or duplicate resources, ttl not a positive whole number of
 // milliseconds or not above the drift allowance, an option out of range),
-// before anything is sent. Otherwise its errors are [*ExecutionError]s that
-// match [ErrResourceLocked] on contention and ctx.Err() when ctx ended the
-// call; a quorum lost to node failures matches neither.
+// before anything is sent, and one matching [ErrClosed], sending nothing,
+// once the Redlock is closed. Otherwise its errors are [*ExecutionError]s
+// that match [ErrResourceLocked] on contention and ctx.Err() when ctx ended
+// the call; a quorum lost to node failures matches neither.
 func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if err := r.ready(ctx); err != nil {
+	if err := r.open(ctx, "acquire", resources); err != nil {
 		return nil, err
 	}
 	refused := func(err error) (*Lock, error) {

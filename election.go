@@ -27,11 +27,6 @@ var (
 	// once the term was resigned ([Term.Resign], or [Election.Lead]'s fn
 	// returned).
 	ErrResigned = errors.New("redlock: the term was resigned")
-
-	// ErrClosed is the cause of a [Term]'s context ended by
-	// [Redlock.Close], and is matched by Campaign's error on a closed
-	// Redlock.
-	ErrClosed = errors.New("redlock: the Redlock was closed")
 )
 
 // ElectedChannel is the pub/sub channel on which every node announces each
@@ -74,12 +69,13 @@ func (e *Election) Name() string {
 	return e.name
 }
 
-// ready refuses a nil or zero Election and a bad name.
-func (e *Election) ready(ctx context.Context) error {
+// ready refuses a nil or zero Election, a bad name, and once the Redlock
+// is closed, the call it names (see Redlock.open).
+func (e *Election) ready(ctx context.Context, call string) error {
 	if e == nil || e.r == nil {
 		return invalid("nil or zero Election: make one with Redlock.Election")
 	}
-	if err := e.r.ready(ctx); err != nil {
+	if err := e.r.open(ctx, fmt.Sprintf("%s in election %q", call, e.name), nil); err != nil {
 		return err
 	}
 	if e.name == "" {
@@ -114,7 +110,8 @@ func (e *Election) ready(ctx context.Context) error {
 // Campaign returns an error matching [ErrInvalidArgument] for a bad name or
 // id, and for anything Using refuses (a ttl below the threshold + 100ms, a
 // threshold below the node timeout, an option out of range); one matching
-// [ErrClosed] once the Redlock is closed.
+// [ErrClosed] once the Redlock is closed: at once, sending nothing, when
+// it was closed before the call.
 func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, opts ...Option) (*Term, error) {
 	cfg, err := e.check(ctx, id, ttl, opts)
 	if err != nil {
@@ -179,7 +176,7 @@ func (e *Election) begin(ctx context.Context, cfg *config, id string, ttl time.D
 
 // check validates a campaign's input and returns its settings.
 func (e *Election) check(ctx context.Context, id string, ttl time.Duration, opts []Option) (*config, error) {
-	if err := e.ready(ctx); err != nil {
+	if err := e.ready(ctx, "campaign"); err != nil {
 		return nil, err
 	}
 	if id == "" || len(id) > maxCandidateID {

@@ -39,6 +39,13 @@ var (
 	// ErrNotHeld reports that [Redlock.ForceRelease] found none of the
 	// values it was given on any node: nothing was released.
 	ErrNotHeld = errors.New("redlock: not held")
+
+	// ErrClosed is matched by the error of every call that takes something
+	// new (Acquire, Using, a campaign, a read or a take-back) once the
+	// Redlock is closed, returned before anything is sent (see
+	// [Redlock.Close]); and it is the cause of a [Term]'s context that
+	// Close ended.
+	ErrClosed = errors.New("redlock: the Redlock was closed")
 )
 
 // invalid returns an error matching ErrInvalidArgument whose text names what

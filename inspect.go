@@ -109,9 +109,10 @@ type Inspection struct {
 // longer than the node timeout (opts: [WithNodeTimeout]). A node that does
 // not answer makes the State Unknown where its answer could matter, never
 // Free; its error is in Errors. The error is for bad input (matching
-// [ErrInvalidArgument]) and for ctx ending before every node was heard.
+// [ErrInvalidArgument]), a closed Redlock ([ErrClosed]; nothing is sent),
+// and ctx ending before every node was heard.
 func (r *Redlock) Inspect(ctx context.Context, resource string, opts ...Option) (Inspection, error) {
-	cfg, err := r.operatorReady(ctx, resource, opts)
+	cfg, err := r.operatorReady(ctx, string(OpInspect), resource, opts)
 	if err != nil {
 		return Inspection{}, err
 	}

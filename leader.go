@@ -26,9 +26,12 @@ type Leader struct {
 // leads on a quorum (no term, a term ended, or a candidate whose term is
 // being granted); and an error matching neither when too few nodes answered
 // to tell (each node's error joined in it). It waits for each node no longer
-// than the node timeout, and returns once the answer is certain.
+// than the node timeout, and returns once the answer is certain. Bad input
+// (a nil or zero Election, an empty name, a nil ctx) gives an error
+// matching [ErrInvalidArgument]; a closed Redlock, one matching
+// [ErrClosed]; both before anything is sent.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if err := e.ready(ctx); err != nil {
+	if err := e.ready(ctx, "leader"); err != nil {
 		return Leader{}, err
 	}
 	r := e.r
@@ -117,7 +120,7 @@ func (c *leaderCall) send(a leaderRead) { c.once.Do(func() { c.out <- a }) }
 // or when a term ends by expiry, which nothing announces.
 const observePoll = time.Second
 
-// Observe returns a channel that receives the current leader (if any),
+// Watch returns a channel that receives the current leader (if any),
 // then each new term as it starts, in term order (a term that started and
 // ended between two reads may be missed; a term is never sent twice or
 // after a later one). It reads the leader when a node announces a term on
@@ -126,13 +129,17 @@ const observePoll = time.Second
 // or the Redlock is closed, at once; a subscription to a node that hangs
 // ends when the node answers, its client's read times out, or the client
 // is closed. A receiver that stops reading holds the reads up, nothing
-// else. Bad input (a nil or zero Election, a bad name, a nil
-// ctx) gives a closed channel.
-func (e *Election) Observe(ctx context.Context) <-chan Leader {
+// else.
+//
+// Watch returns an error matching [ErrInvalidArgument] for a nil or zero
+// Election, an empty election name or a nil ctx, and one matching
+// [ErrClosed] once the Redlock is closed; the channel it returns with an
+// error is closed, and nothing was sent.
+func (e *Election) Watch(ctx context.Context) (<-chan Leader, error) {
 	ch := make(chan Leader)
-	if e.ready(ctx) != nil {
+	if err := e.ready(ctx, "watch"); err != nil {
 		close(ch)
-		return ch
+		return ch, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	closed := e.r.terms.done()
@@ -177,6 +184,15 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			}
 		}
 	}()
+	return ch, nil
+}
+
+// Observe is [Election.Watch] without its error, for a range loop over
+// an Election known to be good: where Watch returns an error (a nil or
+// zero Election, an empty name, a nil ctx, a closed Redlock), Observe's
+// channel is closed at once. Call Watch to learn why.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch, _ := e.Watch(ctx)
 	return ch
 }
 

@@ -38,6 +38,7 @@ import (
 //
 // It returns nil when every node answered (a free resource included), an
 // error matching [ErrInvalidArgument] for bad input, one matching
+// [ErrClosed] on a closed Redlock (nothing is sent), one matching
 // [ErrNotHeld] when every node answered and none held any of the values,
 // and otherwise an error joining each silent node's [*NodeError]: when a
 // quorum answered, the removed holders hold the resource on no quorum. A
@@ -45,7 +46,7 @@ import (
 // still land there later (a call still queued is dropped); with a ctx that
 // has already ended nothing is sent.
 func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...string) error {
-	cfg, err := r.operatorReady(ctx, resource, nil)
+	cfg, err := r.operatorReady(ctx, string(OpForceRelease), resource, nil)
 	if err != nil {
 		return err
 	}
@@ -96,8 +97,8 @@ const forceMargin = 2 * time.Second
 
 // operatorReady refuses bad input to Inspect and ForceRelease, and returns
 // the config of the call.
-func (r *Redlock) operatorReady(ctx context.Context, resource string, opts []Option) (*config, error) {
-	if err := r.ready(ctx); err != nil {
+func (r *Redlock) operatorReady(ctx context.Context, call, resource string, opts []Option) (*config, error) {
+	if err := r.open(ctx, call, []string{resource}); err != nil {
 		return nil, err
 	}
 	if resource == "" {

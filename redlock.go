@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,7 @@ type Redlock struct {
 	servers lane.Servers            // which node is which server
 	terms   termSet                 // the live terms of its elections, which Close resigns
 	owned   []redis.UniversalClient // the clients Open made, which Close closes
+	closed  atomic.Bool             // set by Close: a call that takes something new is refused (see open)
 }
 
 // New returns a Redlock over clients, one per independent Redis node. A
@@ -306,32 +308,48 @@ func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out 
 	return r.released(lock, cfg, &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}), nil
 }
 
-// closeWait is the least time Close waits for what is still in flight (two
-// node timeouts when that is longer).
+// closeWait is the longest Close waits for what is still in flight, unless
+// two node timeouts are longer.
 const closeWait = time.Second
 
-// Close resigns the live terms of its elections (see [Term.Resign]; their
-// contexts end with cause [ErrClosed]), ends the Redlock's subscriptions to release announcements (one
-// connection per node, opened by the first Acquire that had to wait; on a
-// Cluster, one per resource being waited for), sends at once the releases
-// held for nodes that had not replied, and waits for the subscription
-// goroutines and for every call and release still in flight, for at least a
-// second (two node timeouts when that is longer). It does not close the
-// clients given to New, which stay the caller's: close the Redlock before a
-// process exits, then the clients, so that nothing it sent is cut off. After
-// Close, Acquire, Extend, Release and Using still work (waiting Acquires
-// retry on their delay alone), but a release that gets no reply is no
-// longer sent again. Close is idempotent and safe for concurrent use. It
-// returns an error when something was still waiting for a node that had not
-// answered by then: a call inside the client ends when the client's read
-// times out or the client is closed; a release not sent is given up. Close
-// itself leaves no goroutine behind.
+// Close ends the Redlock. It resigns the live terms of its elections (see
+// [Term.Resign]; their contexts end with cause [ErrClosed]), ends its
+// subscriptions to release announcements (one connection per node, opened
+// by the first Acquire that had to wait; on a Cluster, one per resource
+// being waited for), and sends at once the releases held for nodes that
+// had not replied. It waits for those releases, the subscriptions'
+// goroutines and every call still in flight: it returns as soon as none is
+// left (at once when nothing is in flight), and waits at most one second,
+// or two node timeouts when that is longer. Then it closes the clients
+// that [Open] made; the clients given to New stay the caller's.
+//
+// After Close, every call that takes something new returns an error
+// matching [ErrClosed] at once, sending nothing: Acquire (with any
+// options), Using, [Election.Campaign] and [Election.Lead],
+// [Election.Leader] and [Election.Watch] (Observe's channel is closed),
+// [Redlock.Inspect] and [Redlock.ForceRelease]. Extend and Release of the
+// locks taken before Close are still sent, so that a lock is released
+// rather than left held for its ttl; a release that gets no reply is no
+// longer sent again, though. With Open's clients, which Close closed, they
+// fail: Close comes last. Release what you hold, close the Redlock, then
+// close the clients given to New, before a process exits, so that nothing
+// it sent is cut off.
+//
+// Close is idempotent and safe for concurrent use. It returns an error
+// when something was still waiting for a node that had not answered by
+// then: a call inside the client ends when the client's read times out or
+// the client is closed; a release not sent is given up. Close itself
+// leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil || r.wake == nil { // nil, or not made by New
 		return nil
 	}
+	r.closed.Store(true) // nothing new from here on: what Close waits for only ends
+	// One deadline for everything Close waits for, its terms included.
+	wait := max(closeWait, 2*r.cfg.nodeTimeout)
+	deadline := time.Now().Add(wait)
 	// Terms end first: their contexts, then their releases.
-	r.terms.close(max(closeWait, 2*r.cfg.nodeTimeout))
+	r.terms.close(deadline)
 	// The waiters wake at once: they retry now, then on their delay.
 	subs, first := r.wake.Close()
 	if !first {
@@ -342,8 +360,7 @@ func (r *Redlock) Close() error {
 	for _, nd := range r.nodes {
 		nd.Flush()
 	}
-	wait := max(closeWait, 2*r.cfg.nodeTimeout)
-	t := time.NewTimer(wait)
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for _, g := range []struct {
 		f    *flight.Flight

@@ -168,9 +168,9 @@ func (s *termSet) done() <-chan struct{} {
 	return s.closed
 }
 
-// close resigns every live term, each release bounded by timeout, and
+// close resigns every live term, each release bounded by deadline, and
 // waits for them.
-func (s *termSet) close(timeout time.Duration) {
+func (s *termSet) close(deadline time.Time) {
 	s.mu.Lock()
 	if s.shut {
 		s.mu.Unlock()
@@ -190,7 +190,7 @@ func (s *termSet) close(timeout time.Duration) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			defer cancel()
 			_ = t.end(ctx, ErrClosed)
 		}()

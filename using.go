@@ -46,9 +46,10 @@ import (
 //
 // Using returns an error matching [ErrInvalidArgument], before anything is
 // acquired, for a nil fn, a ttl less than the threshold + 100ms, a threshold
-// below the node timeout, and anything Acquire refuses.
+// below the node timeout, and anything Acquire refuses; and one matching
+// [ErrClosed], sending nothing, once the Redlock is closed.
 func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	if err := r.ready(ctx); err != nil {
+	if err := r.open(ctx, "using", resources); err != nil {
 		return err
 	}
 	ran := false

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"time"
@@ -101,6 +102,24 @@ func (r *Redlock) ready(ctx context.Context) error {
 	}
 	if ctx == nil {
 		return invalid("nil context: pass context.Background() or a request's context")
+	}
+	return nil
+}
+
+// open is ready for a call that takes something new (a lock, a term, a
+// read or a take-back of another's): once the Redlock is closed it refuses
+// the call, named by call (and resources, when given), with an error
+// matching ErrClosed, before anything is sent. Extend and Release of what
+// a caller holds go through owns instead, and are still sent (see Close).
+func (r *Redlock) open(ctx context.Context, call string, resources []string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		if resources != nil {
+			call = fmt.Sprintf("%s %q", call, resources)
+		}
+		return fmt.Errorf("%w: %s: not sent; after Close only the Extend and Release of locks taken before it are sent", ErrClosed, call)
 	}
 	return nil
 }

@@ -1,0 +1,170 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Tests of what the docs say (issue 34, "small untruths"): each one failed
+// before the docs and the code agreed.
+
+// After Close, every call that takes something new returns ErrClosed at
+// once and sends nothing; the Extend and Release of a lock taken before
+// Close are still sent, and the Release releases it. (Acquire, Using,
+// Leader, Inspect and ForceRelease went on after Close; Campaign alone
+// said ErrClosed.)
+func TestClosedTakesNothingNew(t *testing.T) {
+	f := newNodes(t, 3)
+	var sent atomic.Int32
+	clients := make([]redis.UniversalClient, len(f.Nodes))
+	for i, nd := range f.Nodes {
+		c := nd.Client()
+		c.AddHook(countingHook(&sent))
+		clients[i] = c
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	rl, err := redlock.New(clients)
+	require.NoError(t, err)
+	ctx := context.Background()
+	held, err := rl.Acquire(ctx, []string{"closing"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rl.Close())
+
+	sent.Store(0)
+	begin := time.Now()
+	e := rl.Election("closed")
+	calls := map[string]func() error{
+		"Acquire": func() error { _, err := rl.Acquire(ctx, []string{"new"}, time.Minute); return err },
+		"Acquire(WithFencing)": func() error {
+			_, err := rl.Acquire(ctx, []string{"new"}, time.Minute, redlock.WithFencing(true))
+			return err
+		},
+		"Acquire(WithPermits(2))": func() error {
+			_, err := rl.Acquire(ctx, []string{"new"}, time.Minute, redlock.WithPermits(2))
+			return err
+		},
+		"Acquire(WithShared)": func() error {
+			_, err := rl.Acquire(ctx, []string{"new"}, time.Minute, redlock.WithShared(true))
+			return err
+		},
+		"Acquire(WithFairQueue)": func() error {
+			_, err := rl.Acquire(ctx, []string{"new"}, time.Minute, redlock.WithFairQueue(true))
+			return err
+		},
+		"Using": func() error {
+			return rl.Using(ctx, []string{"new"}, time.Minute, func(context.Context) error {
+				return errors.New("fn ran on a closed Redlock")
+			})
+		},
+		"Campaign": func() error { _, err := e.Campaign(ctx, "x", 5*time.Second); return err },
+		"Lead": func() error {
+			return e.Lead(ctx, "x", 5*time.Second, func(context.Context) error { return errors.New("fn led on a closed Redlock") })
+		},
+		"Leader":       func() error { _, err := e.Leader(ctx); return err },
+		"Watch":        func() error { _, err := e.Watch(ctx); return err },
+		"Inspect":      func() error { _, err := rl.Inspect(ctx, "closing"); return err },
+		"ForceRelease": func() error { return rl.ForceRelease(ctx, "closing") },
+	}
+	for name, call := range calls {
+		err := call()
+		assert.ErrorIs(t, err, redlock.ErrClosed, "%s after Close = %v, want ErrClosed", name, err)
+		t.Logf("%s: %v", name, err)
+	}
+	_, open := <-e.Observe(ctx)
+	assert.False(t, open, "Observe after Close: a channel that is open")
+	assert.Less(t, time.Since(begin), 100*time.Millisecond, "the refused calls took %v", time.Since(begin))
+	assert.Zero(t, sent.Load(), "commands sent by the calls refused after Close")
+
+	// What was taken before Close is still extended and released.
+	held, err = held.Extend(ctx, time.Minute)
+	require.NoError(t, err, "Extend after Close")
+	_, err = held.Release(ctx)
+	require.NoError(t, err, "Release after Close")
+	for i := range f.Nodes {
+		f.gone(t, i, "closing")
+	}
+}
+
+// Close returns as soon as nothing is in flight, and waits at most one
+// deadline, max(1s, 2 node timeouts), for everything: a live term whose
+// nodes went silent included. (It waited for the terms' releases up to
+// that bound, then for the calls in flight up to the bound again.)
+func TestCloseWaitsAtMostItsBound(t *testing.T) {
+	idle := newNodes(t, 3)
+	warm(t, idle.rl)
+	begin := time.Now()
+	require.NoError(t, idle.rl.Close())
+	took := time.Since(begin)
+	t.Logf("Close with nothing in flight: %v", took)
+	assert.Less(t, took, 100*time.Millisecond, "Close with nothing in flight")
+
+	const nodeTimeout = 200 * time.Millisecond // the bound: 1s
+	p := newProxied(t, 3, redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryDelay(50*time.Millisecond))
+	ctx := context.Background()
+	_, err := p.rl.Election("bound").Campaign(ctx, "x", 5*time.Second)
+	require.NoError(t, err)
+	for _, px := range p.Proxies {
+		px.Set(redistest.Partition)
+	}
+	begin = time.Now()
+	err = p.rl.Close()
+	took = time.Since(begin)
+	t.Logf("Close with a term on silent nodes: %v, %v", took, err)
+	assert.Error(t, err, "Close with its term's release unanswered")
+	assert.Less(t, took, time.Second+300*time.Millisecond, "Close waited past its bound of 1s")
+	for _, px := range p.Proxies {
+		px.Cut()
+	}
+}
+
+// Watch says why it cannot watch: bad input matches ErrInvalidArgument, a
+// closed Redlock ErrClosed, each with a closed channel; Observe, which
+// drops the error, gives that closed channel. (Observe gave a closed
+// channel and said nothing.)
+func TestWatchSaysWhy(t *testing.T) {
+	f := newNodes(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var nilCtx context.Context
+	var nilElection *redlock.Election
+	for name, c := range map[string]struct {
+		e   *redlock.Election
+		ctx context.Context
+	}{
+		"nil Election":  {nilElection, ctx},
+		"zero Election": {&redlock.Election{}, ctx},
+		"empty name":    {f.rl.Election(""), ctx},
+		"nil ctx":       {f.rl.Election("w"), nilCtx},
+	} {
+		ch, err := c.e.Watch(c.ctx)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Watch with a %s = %v", name, err)
+		t.Logf("%s: %v", name, err)
+		_, open := <-ch
+		assert.False(t, open, "Watch with a %s: its channel is open", name)
+		_, open = <-c.e.Observe(c.ctx)
+		assert.False(t, open, "Observe with a %s: its channel is open", name)
+	}
+
+	ch, err := f.rl.Election("w").Watch(ctx)
+	require.NoError(t, err, "Watch of a good Election")
+	cancel()
+	for range ch { // closed once ctx ended
+	}
+
+	rl, _ := ownRedlock(t, f, viaF)
+	require.NoError(t, rl.Close())
+	ch, err = rl.Election("w").Watch(context.Background())
+	assert.ErrorIs(t, err, redlock.ErrClosed, "Watch on a closed Redlock = %v", err)
+	_, open := <-ch
+	assert.False(t, open, "Watch on a closed Redlock: its channel is open")
+}
