@@ -19,8 +19,10 @@ import (
 
 // The sentinels of the election.
 var (
-	// ErrNoLeader is returned by [Election.Leader] when a quorum of nodes
-	// answered and no candidate leads on a quorum of them.
+	// ErrNoLeader is matched by the error of [Election.Leader] when the
+	// nodes that answered rule a leader out: no candidate can lead on a
+	// quorum, whatever the nodes not heard from hold. Its text says how
+	// many nodes answered, failed, and were not waited for.
 	ErrNoLeader = errors.New("redlock: no leader")
 
 	// ErrResigned is the cause ([context.Cause]) of a [Term]'s context

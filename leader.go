@@ -22,10 +22,11 @@ type Leader struct {
 
 // Leader returns the current leader as a quorum of nodes holds it: the
 // candidate whose term's lock and record a quorum hold. It returns an error
-// matching [ErrNoLeader] when a quorum of nodes answered and no candidate
-// leads on a quorum (no term, a term ended, or a candidate whose term is
-// being granted); and an error matching neither when too few nodes answered
-// to tell (each node's error joined in it). It waits for each node no longer
+// matching [ErrNoLeader] when the nodes that answered rule a leader out: no
+// candidate can lead on a quorum, whatever the others hold (no term, a term
+// ended, or a candidate whose term is being granted). It returns an error
+// matching neither when too few nodes answered to tell (each node's error
+// joined in it). It waits for each node no longer
 // than the node timeout, and returns once the answer is certain. Bad input
 // (a nil or zero Election, an empty name, a nil ctx) gives an error
 // matching [ErrInvalidArgument]; a closed Redlock, one matching
@@ -72,11 +73,29 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		// Certain once no candidate can reach a quorum, whatever the nodes
 		// not heard from (or failed) hold.
 		if unknown := pending + failed; top+unknown < q {
-			return Leader{}, fmt.Errorf("%w in election %q (%d of %d nodes answered)", ErrNoLeader, e.name, n-unknown, n)
+			return Leader{}, noLeader(e.name, n, q, n-unknown, failed, pending)
 		}
 	}
 	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes did not answer, so a leader cannot be ruled out: %w",
 		e.name, failed, n, errors.Join(errs...))
+}
+
+// noLeader is Leader's ErrNoLeader, with what it knows: of n nodes, how
+// many answered, failed, and were not waited for (pending: the read
+// returns as soon as no candidate can reach the quorum q).
+func noLeader(name string, n, q, answered, failed, pending int) error {
+	if answered == n {
+		return fmt.Errorf("%w in election %q: all %d nodes answered, and no candidate leads on a quorum (%d) of them", ErrNoLeader, name, n, q)
+	}
+	rest := ""
+	if failed > 0 {
+		rest += fmt.Sprintf("; %d failed", failed)
+	}
+	if pending > 0 {
+		rest += fmt.Sprintf("; the read did not wait for the other %d", pending)
+	}
+	return fmt.Errorf("%w in election %q: %d of %d nodes answered, and no candidate can lead on a quorum (%d) whatever the others hold%s",
+		ErrNoLeader, name, answered, n, q, rest)
 }
 
 // OpLeader is the read of an election's leader ([Election.Leader]), as it

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,6 +127,44 @@ func TestCloseWaitsAtMostItsBound(t *testing.T) {
 	for _, px := range p.Proxies {
 		px.Cut()
 	}
+}
+
+// ErrNoLeader's text says how many nodes answered and how many the read
+// did not wait for, and both are true: on three healthy nodes Leader
+// returns once two answered with no leader (the third cannot change it),
+// and says so. (It said "(2 of 3 nodes answered)", as if one had failed.)
+func TestNoLeaderSaysWhatItKnows(t *testing.T) {
+	p := newProxied(t, 3)
+	ctx := context.Background()
+	e := p.rl.Election("nobody")
+	count := regexp.MustCompile(`(\d+) of 3 nodes answered|all (3) nodes answered`)
+	for range 5 {
+		_, err := e.Leader(ctx)
+		require.ErrorIs(t, err, redlock.ErrNoLeader)
+		m := count.FindStringSubmatch(err.Error())
+		require.NotNil(t, m, "Leader = %v: no count of the answers", err)
+		answered, _ := strconv.Atoi(m[1] + m[2])
+		pending := 0
+		if w := regexp.MustCompile(`did not wait for the other (\d+)`).FindStringSubmatch(err.Error()); w != nil {
+			pending, _ = strconv.Atoi(w[1])
+		}
+		assert.NotContains(t, err.Error(), "failed", "Leader = %v on healthy nodes", err)
+		assert.GreaterOrEqual(t, answered, 2, "Leader = %v", err)
+		assert.Equal(t, 3, answered+pending, "Leader = %v: the answered and the not waited for are not every node", err)
+	}
+
+	// Node 2 answers 500ms late: Leader returns before, on the others'.
+	const slow = 250 * time.Millisecond
+	p.Proxies[2].SetLatency(slow, slow)
+	begin := time.Now()
+	_, err := e.Leader(ctx)
+	took := time.Since(begin)
+	require.ErrorIs(t, err, redlock.ErrNoLeader)
+	t.Logf("Leader with node 2 slow, %v: %v", took, err)
+	assert.Less(t, took, 2*slow, "Leader waited for the slow node")
+	assert.Contains(t, err.Error(), "2 of 3 nodes answered")
+	assert.Contains(t, err.Error(), "did not wait for the other 1")
+	p.Proxies[2].SetLatency(0, 0)
 }
 
 // Watch says why it cannot watch: bad input matches ErrInvalidArgument, a
