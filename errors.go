@@ -27,8 +27,9 @@ var (
 	ErrLockExpired = errors.New("redlock: lock expired")
 
 	// ErrInvalidArgument is matched by every error that rejects bad input
-	// before anything is sent to Redis: no clients, a nil client, a bad ttl,
-	// empty or duplicate resources, an out-of-range option, a nil Lock.
+	// before anything is sent to Redis: no clients or 2 (see [New]), a nil
+	// client, a bad ttl, empty or duplicate resources, an out-of-range
+	// option, a nil Lock.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrExtensionFailed is the cause with which [Redlock.Using] cancels the

@@ -266,8 +266,9 @@ func TestSameServerTwiceRefused(t *testing.T) {
 	_, err := redlock.New([]redis.UniversalClient{a, nodes[1].Client(), b})
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "clients[0] and clients[2]")
-	_, err = redlock.New([]redis.UniversalClient{a, nodes[0].Client(&redis.Options{DB: 1})})
+	_, err = redlock.New([]redis.UniversalClient{a, nodes[1].Client(), nodes[0].Client(&redis.Options{DB: 1})})
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument, "another database of one server")
+	assert.Contains(t, err.Error(), "clients[0] and clients[2]")
 }
 
 // One server under two names (localhost and 127.0.0.1) votes once: with the

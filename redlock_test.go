@@ -329,20 +329,22 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// Fixed: with an even n a 1:1 split is decided at once (node-redlock hangs
-// for ever here).
+// Fixed: with an even n a 2:2 split is decided at once (node-redlock hangs
+// for ever here, as on a 1:1 split of 2 nodes, which New refuses now).
 func TestEvenSplitDoesNotHang(t *testing.T) {
-	c := newNodes(t, 2)
-	c.Set(t, 1, "{redlock}s", "other", 0)
+	c := newNodes(t, 4)
+	c.Set(t, 2, "{redlock}s", "other", 0)
+	c.Set(t, 3, "{redlock}s", "other", 0)
 	ctx := within(t, 10*time.Second)
 	_, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long, redlock.WithRetryCount(0))
-	require.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire on a 1:1 split")
+	require.ErrorIs(t, err, redlock.ErrResourceLocked, "Acquire on a 2:2 split")
 	require.NoError(t, ctx.Err(), "Acquire returned only when the test's bound ended it")
 	var ee *redlock.ExecutionError
 	require.ErrorAs(t, err, &ee)
 	require.Len(t, ee.Attempts, 1)
-	assert.Equal(t, 2, ee.Attempts[0].QuorumSize)
-	c.gone(t, 0, "{redlock}s") // the node the attempt won is cleaned up
+	assert.Equal(t, 3, ee.Attempts[0].QuorumSize)
+	c.gone(t, 0, "{redlock}s") // the nodes the attempt won are cleaned up
+	c.gone(t, 1, "{redlock}s")
 }
 
 // Fixed: a retry is not refused by the node the previous attempt won
