@@ -48,8 +48,11 @@ func run(addrList string) error {
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	fmt.Printf("acquired %v on a quorum (%d of %d nodes), valid for %v\n",
-		lock.Resources(), rl.Quorum(), rl.Nodes(), time.Until(lock.Expiration()).Round(time.Millisecond))
+	// The votes of the attempt that won: Acquire returns as soon as a
+	// quorum voted for, so a node that answers later is not counted here.
+	won := lock.Attempts()[len(lock.Attempts())-1]
+	fmt.Printf("acquired %v: %d of %d nodes had voted for it when Acquire returned (a quorum is %d), valid for %v\n",
+		lock.Resources(), len(won.VotesFor), rl.Nodes(), rl.Quorum(), time.Until(lock.Expiration()).Round(time.Millisecond))
 
 	// Someone else (here: the same process, with no retries) cannot have it.
 	_, err = rl.Acquire(ctx, resources, 5*time.Second, redlock.WithRetryCount(0))
