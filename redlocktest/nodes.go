@@ -104,17 +104,20 @@ func New(tb testing.TB, n int) *Nodes {
 func (n *Nodes) Close() {
 	n.closeOnce.Do(func() {
 		n.closed.Store(true)
-		for _, a := range n.admins {
-			_ = a.Close() // nothing in flight: Lose waits for its calls
+		// The proxies first: a go-redis client's Close waits for a
+		// connection's handshake in progress, which a hung node would hold
+		// up for the client's read timeout; cut, it fails at once.
+		for _, p := range n.proxies {
+			p.close()
 		}
 		for _, c := range n.clients {
 			_ = c.Close()
 		}
+		for _, a := range n.admins {
+			_ = a.Close() // nothing in flight: Lose waits for its calls
+		}
 		for _, c := range n.direct {
 			_ = c.Close()
-		}
-		for _, p := range n.proxies {
-			p.close()
 		}
 		for _, mr := range n.servers {
 			mr.Close()

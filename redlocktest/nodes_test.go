@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -177,6 +179,15 @@ func TestCloseIsBoundedAndIdempotent(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the call is on its way to the hung nodes
 
 	start := time.Now()
+	dumped := make(chan struct{})
+	go func() {
+		select {
+		case <-dumped:
+		case <-time.After(2 * time.Second):
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		}
+	}()
+	defer close(dumped)
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Add(1)
