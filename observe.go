@@ -113,7 +113,7 @@ const (
 	OutcomeContention  Outcome = "contention"   // ErrResourceLocked: held by another
 	OutcomeExpired     Outcome = "expired"      // ErrLockExpired: the lock is gone
 	OutcomeCanceled    Outcome = "canceled"     // the caller's ctx ended the call
-	OutcomeInvalid     Outcome = "invalid"      // ErrInvalidArgument: refused before anything was sent
+	OutcomeInvalid     Outcome = "invalid"      // ErrInvalidArgument or ErrClosed: refused before anything was sent
 	OutcomeNodeFailure Outcome = "node_failure" // no quorum for other reasons: nodes failed or refused
 )
 
@@ -125,7 +125,7 @@ func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
 		return OutcomeOK
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrClosed):
 		return OutcomeInvalid
 	case errors.Is(err, ErrResourceLocked):
 		return OutcomeContention

@@ -80,6 +80,7 @@ func TestClosedTakesNothingNew(t *testing.T) {
 	for name, call := range calls {
 		err := call()
 		assert.ErrorIs(t, err, redlock.ErrClosed, "%s after Close = %v, want ErrClosed", name, err)
+		assert.Equal(t, redlock.OutcomeInvalid, redlock.OutcomeOf(err), "OutcomeOf(%s after Close): refused before anything was sent", name)
 		t.Logf("%s: %v", name, err)
 	}
 	_, open := <-e.Observe(ctx)
