@@ -343,3 +343,50 @@ func TestCancelledContext(t *testing.T) {
 	_, err = rl.Acquire(context.Background(), []string{"r"}, time.Second, redlock.WithRetryCount(0))
 	assert.NoError(t, err)
 }
+
+// Heal of a node that is down listens again on its address; if another
+// socket took the port meanwhile, Heal panics saying so, and the node stays
+// down until a Heal that can listen.
+func TestHealWhenThePortIsTaken(t *testing.T) {
+	nodes := redlocktest.New(t, 1)
+	addr := nodes.Addrs()[0]
+	nodes.Down(0)
+	thief, err := net.Listen("tcp", addr)
+	require.NoError(t, err, "listen on a down node's address")
+	assert.PanicsWithValue(t,
+		"redlocktest: Heal(0): listening again on "+addr+", the node's address: listen tcp "+addr+": bind: address already in use",
+		func() { nodes.Heal(0) })
+	require.NoError(t, thief.Close())
+	nodes.Heal(0)
+	assert.NoError(t, nodes.Clients()[0].Ping(context.Background()).Err(), "PING once healed")
+}
+
+// One node is a Redlock of one (quorum 1); five tolerate two faults of any
+// kind, and not three.
+func TestOneAndFiveNodes(t *testing.T) {
+	ctx := context.Background()
+	one := redlocktest.New(t, 1)
+	rl, err := redlock.Open(one.List())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rl.Close() })
+	_, err = rl.Acquire(ctx, []string{"r"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, one.Lose("r"))
+
+	five := redlocktest.New(t, 5)
+	rl = newRedlock(t, five)
+	warm(t, rl)
+	five.Down(0)
+	five.Hang(3)
+	lock, err := rl.Acquire(ctx, []string{"r"}, time.Minute, redlock.WithRetryCount(0))
+	require.NoError(t, err, "Acquire with 2 of 5 faulted")
+	assert.ElementsMatch(t, []int{1, 2, 4}, lock.Attempts()[0].VotesFor)
+	_, err = lock.Release(ctx)
+	require.NoError(t, err)
+	five.Restart(4) // empty is healthy: a third fault is one that does not answer
+	five.Down(4)
+	_, err = rl.Acquire(ctx, []string{"r2"}, time.Minute, redlock.WithRetryCount(0))
+	require.Error(t, err, "Acquire with 3 of 5 faulted")
+	assert.NotErrorIs(t, err, redlock.ErrResourceLocked)
+	five.Heal(3) // before rl.Close, which would wait for the calls parked there
+}

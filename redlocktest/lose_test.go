@@ -156,3 +156,16 @@ func TestLoseErrors(t *testing.T) {
 	err = nodes.Lose("nobody")
 	assert.EqualError(t, err, `redlocktest: Lose("nobody") after Close`)
 }
+
+// Lose works on any number of nodes (redlock.New refuses 2, which the kit
+// starts all the same), and on a lock another client took with its own
+// value (a SET NX, node-redlock).
+func TestLoseOnTwoNodes(t *testing.T) {
+	nodes := redlocktest.New(t, 2)
+	ctx := context.Background()
+	for _, c := range nodes.Clients() {
+		require.NoError(t, c.SetNX(ctx, "r", "another client's value", time.Minute).Err())
+	}
+	require.NoError(t, nodes.Lose("r"))
+	assert.ErrorIs(t, nodes.Lose("r"), redlock.ErrNotHeld, "the second Lose")
+}

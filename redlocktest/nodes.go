@@ -193,8 +193,9 @@ func (n *Nodes) Restart(i int) {
 }
 
 // Lose takes the lock on resource (or its permits, its shared holds, or an
-// election's term: every holder, whatever the kind) from its holders on
-// every node, whatever the faults, as an operator's force release does:
+// election's term, whose resource is "redlock:election:" + the election's
+// name: every holder, whatever the kind) from its holders on every node,
+// whatever the faults, as an operator's force release does:
 // a holder's next Extend fails with an error matching
 // [redlock.ErrLockExpired], and a [redlock.Redlock.Using] on it has its
 // context cancelled with a cause matching [redlock.ErrExtensionFailed]

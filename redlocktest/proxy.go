@@ -73,7 +73,7 @@ func (p *proxy) set(f fault) error {
 	case old == down:
 		ln, err := net.Listen("tcp", p.addr)
 		if err != nil {
-			return fmt.Errorf("redlocktest: listening again on %s, the node's address: %w", p.addr, err)
+			return fmt.Errorf("listening again on %s, the node's address: %w", p.addr, err)
 		}
 		p.serveLocked(ln)
 	case old == hung:
