@@ -23,9 +23,9 @@ import (
 // empty or duplicate resources, ttl not a positive whole number of
 // milliseconds or not above the drift allowance, an option out of range),
 // before anything is sent, and one matching [ErrClosed], sending nothing,
-// once the Redlock is closed. Otherwise its errors are [*ExecutionError]s
-// that match [ErrResourceLocked] on contention and ctx.Err() when ctx ended
-// the call; a quorum lost to node failures matches neither.
+// once the Redlock is closed. Otherwise its error is an [*ExecutionError]
+// that matches [ErrResourceLocked] on contention and ctx.Err() when ctx
+// ended the call; a quorum lost to node failures matches neither.
 func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if err := r.open(ctx, "acquire", resources); err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ var (
 )
 
 // ElectedChannel is the pub/sub channel on which every node announces each
-// term its election wrote (see [Election.Observe]); the message is the
+// term its election wrote (see [Election.Watch]); the message is the
 // election's key, "redlock:election:" + its name.
 const ElectedChannel = script.ElectedChannel
 
@@ -94,20 +94,19 @@ func (e *Election) ready(ctx context.Context, call string) error {
 //
 // A term is a fenced lock ([WithFencing]) on the election's key for ttl,
 // tried again until ctx ends (WithRetryCount counts only for the term's
-// extensions and its release): a waiting
-// candidate tries as soon as the leader's release is announced (see
-// [WithWakeOnRelease]), else after each retry delay. While the term lasts it
-// is extended as [Redlock.Using] extends its lock, by ttl whenever less than
-// the automatic extension threshold is left, and its context ends as soon
-// as an extension finds the lock gone, or, when no extension got through,
-// at the lock's cancel point: a quarter of the threshold before the end of
-// its validity, 100ms at most, the margin for late timers that Using's doc
-// measures; the keys expire on the nodes later still, by the drift
-// allowance. The
-// term's context carries ctx's values, not its end (the campaign's ctx bounds
-// the wait, not the term), and the term's number as its fencing token
-// ([TokenFrom]). Resign the term when done (or use
-// [Election.Lead]); [Redlock.Close] resigns every term of its Redlock.
+// extensions and its release): a waiting candidate tries as soon as the
+// leader's release is announced (see [WithWakeOnRelease]), else after each
+// retry delay. While the term lasts it is extended as [Redlock.Using]
+// extends its lock, by ttl whenever less than the automatic extension
+// threshold is left. Its context ends as soon as an extension finds the
+// lock gone; when no extension got through, at the lock's cancel point: a
+// quarter of the threshold before the end of its validity, 100ms at most,
+// the margin for late timers that Using's doc measures. The keys expire on
+// the nodes later still, by the drift allowance. The term's context
+// carries ctx's values, not its end (the campaign's ctx bounds the wait,
+// not the term), and the term's number as its fencing token ([TokenFrom]).
+// Resign the term when done (or use [Election.Lead]); [Redlock.Close]
+// resigns every term of its Redlock.
 //
 // Campaign returns an error matching [ErrInvalidArgument] for a bad name or
 // id, and for anything Using refuses (a ttl below the threshold + 100ms, a

@@ -33,8 +33,9 @@ var (
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrExtensionFailed is the cause with which [Redlock.Using] cancels the
-	// routine's context when the lock could not be extended, and is matched
-	// by the error Using returns in that case.
+	// routine's context when the lock could not be extended (and the
+	// election a [Term]'s context), and is matched by the error Using (or
+	// [Election.Lead]) returns in that case.
 	ErrExtensionFailed = errors.New("redlock: extension failed")
 
 	// ErrNotHeld reports that [Redlock.ForceRelease] found none of the
@@ -146,8 +147,8 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // NodeTimeoutError is the vote recorded for a node that did not answer within
 // the per-node timeout ([WithNodeTimeout]), or whose call was not sent
 // because the node (on a Cluster, the shard) went silent past that timeout
-// recently: its circuit is open, and calls to it fail at once until one node
-// timeout has passed, when a single call is sent as a probe.
+// recently. Its circuit is open then: calls to it fail at once until one
+// node timeout has passed, when a single call is sent as a probe.
 //
 // It never matches context.DeadlineExceeded, even when the client noticed the
 // deadline first: a node's silence is not the caller's ctx ending.

@@ -29,6 +29,7 @@ const (
 	Unknown
 )
 
+// String returns the state's name: "free", "held" or "unknown".
 func (s State) String() string {
 	switch s {
 	case Free:

@@ -194,10 +194,10 @@ func (l *Lock) Resources() []string {
 
 // Value returns the lock's value (32 random hex characters, then "@" and
 // its escaped identity, see [WithIdentity] and [IdentityOf]), which every
-// node stores under each resource; for a lock of the fair queue
+// node stores under each resource. For a lock of the fair queue
 // ([WithFairQueue]), a node that handed a resource to the waiter stores the
-// waiter's id there instead (Value itself when the lock came by the hand-overs
-// alone), which its Extend and Release accept too.
+// waiter's id there instead (Value itself when the lock came by the
+// hand-overs alone); its Extend and Release accept that too.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""

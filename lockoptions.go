@@ -140,9 +140,9 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 //
 // All the users of a resource must agree on its kind: a semaphore call on a
 // resource held as a semaphore of another n, or as a shared lock, fails at
-// once with an error naming both; an exclusive lock of a resource that
-// permits are held on waits until they are all released (and a semaphore
-// waits for an exclusive holder). WithPermits(1), the default, is the
+// once with an error naming both. An exclusive lock of a resource that
+// permits are held on waits until they are all released, and a semaphore
+// waits for an exclusive holder. WithPermits(1), the default, is the
 // exclusive lock, unchanged on the wire. It cannot be combined with
 // [WithShared], nor with [WithFencing]: a token orders holders that exclude
 // each other, and permits are held side by side (fence the exclusive lock
@@ -175,9 +175,9 @@ func WithShared(on bool) LockOption {
 // WithHandOver sets how a Release hands the lock to an Acquire of the same
 // Redlock that waits for it (the same resources, in any order, with the
 // same ttl, fencing and acknowledgement; [WithWakeOnRelease] on), instead of
-// releasing it: nothing is sent, the nodes keep the lock's value, which is
-// now the waiter's, and the waiter's Lock expires when the releasing
-// holder's would have. [ExecutionResult].HandedOver reports it, the
+// releasing it. Nothing is sent then: the nodes keep the lock's value,
+// which is now the waiter's, and the waiter's Lock expires when the
+// releasing holder's would have. [ExecutionResult].HandedOver reports it, the
 // observer is told of the release as of any other, and the waiter's Acquire
 // returns at once. A fenced lock ([WithFencing]) draws a new token first,
 // its old token + 1 written to a quorum of counters (one round trip, instead
@@ -194,10 +194,11 @@ func WithShared(on bool) LockOption {
 // [WithWakeOnRelease]: New's default does not apply to those, and
 // WithHandOver given with [WithPermits], [WithShared], WithFairQueue or
 // WithWakeOnRelease(false) (in the same call, or to New) is refused. A
-// Release takes it too: WithHandOver(0, 0) there releases for real. Default: on, 16 in a
-// row within 100ms: under contention in one process, the lock is busy
-// nearly all the time (94% against 65% without, in benchmarks/README.md),
-// and a waiter elsewhere waits at most 100ms more than it would have.
+// Release takes it too: WithHandOver(0, 0) there releases for real.
+// Default: on, 16 in a row within 100ms: under contention in one process,
+// the lock is busy nearly all the time (94% against 65% without, in
+// benchmarks/README.md), and a waiter elsewhere waits at most 100ms more
+// than it would have.
 func WithHandOver(max int, window time.Duration) HandOverOption {
 	return func(c *config) { c.handOver, c.handOverWindow, c.given = max, window, c.given|givenHandOver }
 }
@@ -240,7 +241,7 @@ func WithFairQueue(on bool) LockOption {
 // operator can tell which host, process or job holds a resource. It is
 // recorded in the lock's value (its 32 random hex characters, then "@" and
 // the identity, escaped so that it holds no ':', '%', space or byte outside
-// printable ASCII), so it costs no round trip, and node-redlock's clients,
+// printable ASCII), so it costs no round trip. The clients of node-redlock,
 // which compare values as opaque strings, exclude and are excluded as
 // before. id is at most [MaxIdentity] bytes of printable UTF-8; "" records
 // none (the value is the 32 hex characters alone). Default: the host name

@@ -19,9 +19,9 @@ import (
 
 // ForceRelease takes resource back from its holders, whatever its kind:
 // with no values, from every holder (every permit of a semaphore, every
-// reader of a shared lock); with values, from those holders only: give
-// them as [Inspection].Holders shows them (a lock of the fair queue that was
-// handed to its waiter is held by the waiter's id, not by its
+// reader of a shared lock); with values, from those holders only. Give
+// the values as [Inspection].Holders shows them (a lock of the fair queue
+// that was handed to its waiter is held by the waiter's id, not by its
 // [Lock.Value]). It is for an operator: a job killed with a long ttl, a
 // lock whose holder is gone.
 //
@@ -29,22 +29,22 @@ import (
 // next token is above the old holder's. The old holder finds out at its
 // next extension, which fails (its [Redlock.Using] context ends), even once
 // the resource is free again or taken by another, and even where a node
-// lost the keys in a restart: each removed key is left as a tombstone,
-// which every acquire takes as free and no extension of the old holder
-// writes over, for as long as the old holder had left plus two seconds. Its
-// later Release touches no new holder's keys. A node-redlock client waits
-// for a tombstone to expire, as it would have for the lock. A waiter the
-// fair queue holds in place keeps its place ([WithFairQueue]).
+// lost the keys in a restart. For that, each removed key is left as a
+// tombstone, which every acquire takes as free and no extension of the old
+// holder writes over, for as long as the old holder had left plus two
+// seconds. Its later Release touches no new holder's keys. A node-redlock
+// client waits for a tombstone to expire, as it would have for the lock. A
+// waiter the fair queue holds in place keeps its place ([WithFairQueue]).
 //
 // It returns nil when every node answered (a free resource included), an
 // error matching [ErrInvalidArgument] for bad input, one matching
-// [ErrClosed] on a closed Redlock (nothing is sent), one matching
-// [ErrNotHeld] when every node answered and none held any of the values,
-// and otherwise an error joining each silent node's [*NodeError]: when a
-// quorum answered, the removed holders hold the resource on no quorum. A
-// call to a silent node that was sent before ForceRelease gave up on it may
-// still land there later (a call still queued is dropped); with a ctx that
-// has already ended nothing is sent.
+// [ErrClosed] on a closed Redlock (nothing is sent), and one matching
+// [ErrNotHeld] when every node answered and none held any of the values.
+// Otherwise it returns an error joining each silent node's [*NodeError]:
+// when a quorum answered, the removed holders hold the resource on no
+// quorum. A call to a silent node that was sent before ForceRelease gave
+// up on it may still land there later (a call still queued is dropped);
+// with a ctx that has already ended nothing is sent.
 func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...string) error {
 	cfg, err := r.operatorReady(ctx, string(OpForceRelease), resource, nil)
 	if err != nil {

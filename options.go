@@ -11,17 +11,19 @@ import (
 // Lock remembers the options it was acquired with, and Extend and Release
 // on it start from those.
 //
-// Options are of two kinds, by where they mean something:
+// Options are of three kinds, by where they mean something:
 //   - a [CallOption] says how a call runs and is watched (drift, retries,
 //     node timeout, error handler, observer): every call takes it;
 //   - a [LockOption] shapes the lock (fencing, permits, shared, fair queue,
 //     wake on release, acknowledgement, automatic extension): it is taken
 //     where a lock or a term is made, by New, Acquire, Using,
-//     [Election.Campaign] and [Election.Lead], which take any Option.
+//     [Election.Campaign] and [Election.Lead], which take any Option;
+//   - a [HandOverOption] ([WithHandOver]) shapes the lock too, and a
+//     Release takes it as well.
 //
-// Extend takes CallOptions only, and Release [ReleaseOption]s (the
-// CallOptions and [WithHandOver]): a lock-shaping option there does not
-// compile. A []Option may hold both kinds.
+// Extend takes CallOptions only, and Release takes a [ReleaseOption] (a
+// CallOption or WithHandOver): a lock-shaping option there does not
+// compile. A []Option may hold every kind.
 //
 // Option values are immutable and may be shared between goroutines. A nil
 // Option, and a nil CallOption, LockOption or HandOverOption, is ignored.

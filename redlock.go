@@ -129,12 +129,11 @@ func (r *Redlock) Quorum() int {
 // goroutine is extending at the same time. It returns an [*ExecutionError]
 // matching [ErrLockExpired] at once, without retrying, when the lock's
 // validity has passed, this handle was already extended, a release of the
-// lock was attempted, or a quorum of nodes no longer holds it (and from
-// then on, for every handle of the lock: a lost lock is not extended back
-// onto nodes that lost its keys); matching
-// ctx.Err() when ctx ended the call; and matching neither when node failures
-// kept it from a quorum. A Lock that Extend returns while a Release runs
-// through another handle is not Valid.
+// lock was attempted, or a quorum of nodes no longer holds it. A lost lock
+// stays lost for every handle: it is not extended back onto nodes that
+// lost its keys. The error matches ctx.Err() when ctx ended the call, and
+// neither when node failures kept it from a quorum. A Lock that Extend
+// returns while a Release runs through another handle is not Valid.
 func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...CallOption) (*Lock, error) {
 	oc, seen := observing(r, lock, opts)
 	if !seen {

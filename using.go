@@ -19,15 +19,15 @@ import (
 //
 // When the lock cannot be extended, fn's context is cancelled with a cause
 // ([context.Cause]) that matches [ErrExtensionFailed] and wraps why: at
-// once when an extension finds the lock taken over or gone; otherwise (a
-// quorum of nodes unreachable or slow) at the cancel point, if no extension
-// got through by then: a quarter of the threshold before the end of the
-// lock's validity, 100ms at most (100ms with the default threshold). The
-// margin is for late timers, so that fn sees its context end before the
-// validity does: on a 2-core machine the delay from a timer's time to a
-// goroutine that sees the context end was at most 10ms (p99 1.5ms) with a
-// few test processes running, and at most 14-89ms (p99 4-6ms) beside two
-// busy loops as well. A process starved of CPU for longer than the margin
+// once when an extension finds the lock taken over or gone. Otherwise (a
+// quorum of nodes unreachable or slow) it is cancelled at the cancel point,
+// if no extension got through by then: a quarter of the threshold before
+// the end of the lock's validity, 100ms at most (100ms with the default
+// threshold). The margin is for late timers, so that fn sees its context
+// end before the validity does: on a 2-core machine the delay from a
+// timer's time to a goroutine that sees the context end was at most 10ms
+// (p99 1.5ms) with a few test processes running, and at most 14-89ms (p99
+// 4-6ms) beside two busy loops as well. A process starved of CPU for longer than the margin
 // sees it late, as any process paused past its validity: fence the writes
 // ([WithFencing]). An extension that got through before the cancel point
 // was acted on keeps the lock and moves the cancel point: fn's context
@@ -39,7 +39,8 @@ import (
 // When ctx ends, fn's context ends too; the lock is kept until fn returns, and
 // then released. When fn returns, no new extension starts, an extension in
 // flight is waited for, and the lock is released once (even if ctx has
-// ended: then with one attempt, bounded by the node timeout; see Release).
+// ended: then with one attempt, bounded by the node timeout; see
+// [Redlock.Release]).
 // Using returns fn's error; a release error is joined to it, never put
 // in its place. If fn panics, the lock is released and the panic goes on.
 // Using's goroutines have exited by the time it returns.
