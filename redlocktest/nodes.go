@@ -139,7 +139,8 @@ func (n *Nodes) Addrs() []string {
 }
 
 // Clients returns one *redis.Client per node, node i's at i, connected
-// through its proxy, for [redlock.New]. They are made by Start, the same
+// through its proxy with go-redis's default options, for [redlock.New].
+// They are made by Start, the same
 // ones at every call (a new slice each time), and closed by
 // [Nodes.Close]: do not close them yourself. It panics after Close.
 func (n *Nodes) Clients() []redis.UniversalClient {
@@ -158,8 +159,9 @@ func (n *Nodes) Down(i int) {
 // Hang makes node i a paused or partitioned node: it accepts connections
 // and reads requests, but none reaches the node and nothing comes back,
 // until [Nodes.Heal]. A call to it ends when the caller's timeout says so
-// (redlock's [redlock.WithNodeTimeout], 100ms by default). It panics for
-// i out of range and after Close.
+// (redlock's [redlock.WithNodeTimeout], 100ms by default; the package doc
+// says what else a hung node costs). It panics for i out of range and
+// after Close.
 func (n *Nodes) Hang(i int) {
 	n.set("Hang", i, hung)
 }
@@ -195,26 +197,29 @@ func (n *Nodes) Restart(i int) {
 // Lose takes the lock on resource (or its permits, its shared holds, or an
 // election's term, whose resource is "redlock:election:" + the election's
 // name: every holder, whatever the kind) from its holders on every node,
-// whatever the faults, as an operator's force release does:
-// a holder's next Extend fails with an error matching
-// [redlock.ErrLockExpired], and a [redlock.Redlock.Using] on it has its
-// context cancelled with a cause matching [redlock.ErrExtensionFailed]
-// (an election's leader, its term's context), at its next extension.
+// whatever the faults, as an operator's force release does. The holder
+// finds out at its next extension: an Extend fails with an error matching
+// [redlock.ErrLockExpired], and the context of a [redlock.Redlock.Using]'s
+// fn (or of an election's [redlock.Term]) is cancelled with a cause
+// matching [redlock.ErrExtensionFailed]. Anyone may take the resource at
+// once.
 //
 // It is [redlock.Redlock.ForceRelease] over clients of its own that reach
 // the nodes past the proxies, so it works on a node that is down or hung.
 // Deleting the keys would not do: an extension writes a missing key back,
 // as it does after a node restarted; ForceRelease leaves tombstones that
-// the holder's extensions fail on. Call it once the holder's Acquire (or
-// Using's fn, or a Term) has started: a call of the holder's still on its
-// way to a node may land after Lose there, which leaves the holder that
-// one node, never a quorum.
+// the holder's extensions fail on. Call it once the holder holds the lock
+// (its Acquire returned, or Using's fn runs): a call of the holder's still
+// on its way to a node (Acquire returns at a quorum) may land there after
+// Lose, which leaves the holder that one node, never a quorum.
 //
 // Lose returns nil once the holders are removed; an error matching
 // [redlock.ErrNotHeld] when no node held anything on resource (nothing is
 // done: a typo in the name, or a lock already released or expired); one
 // matching [redlock.ErrInvalidArgument] for a resource redlock refuses
-// (empty, or a name in redlock:fence:*); and an error after Close.
+// (empty, or a name in redlock:fence:*); and an error after Close. The
+// nodes are in-process and answer at once; Lose waits for them 5 seconds
+// at most.
 func (n *Nodes) Lose(resource string) error {
 	if n.closed.Load() {
 		return fmt.Errorf("redlocktest: Lose(%q) after Close", resource)
