@@ -152,6 +152,9 @@ func (p *proxy) handle(client net.Conn) {
 	if !p.track(client) {
 		return
 	}
+	// Every connection gets its own to the node, even while hung (the
+	// bytes are dropped, not the connection): a node that comes back with
+	// Heal has its connections cut, and the client opens new ones.
 	server, err := net.DialTimeout("tcp", p.target, time.Second)
 	if err != nil {
 		_ = client.Close() // the node itself is gone: the nodes are closing
@@ -172,6 +175,11 @@ func (p *proxy) pipe(src, dst net.Conn) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
+		// Reading on while hung, rather than stopping, keeps the client's
+		// writes from blocking: a hung node's kernel still takes the bytes.
+		// Both ways are dropped: the requests never reach the node, and
+		// what the node says after the hang began (an answer to a request
+		// sent just before, a pub/sub message) never reaches the client.
 		n, err := src.Read(buf)
 		if n > 0 && fault(p.fault.Load()) != hung {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
