@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/go-redlock/redlock"
@@ -13,9 +15,10 @@ import (
 // the term's context, and resigns when it returns. Looping over Lead leads
 // again after a lost term, until ctx ends.
 func ExampleElection_Lead() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close() // resigns a term still held
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -41,16 +44,21 @@ func ExampleElection_Lead() {
 // The election is a name: two Elections of one name, in two processes
 // (here, two Redlocks over the same nodes), are the same election.
 func ExampleRedlock_Election() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	a, _ := redlock.New(clients)
+	list := os.Getenv("REDLOCK_NODES")
+	a, err := redlock.Open(list)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer a.Close()
 	ctx := context.Background()
 
 	term, _ := a.Election("outbox-relay").Campaign(ctx, "pod-a", 10*time.Second)
 	defer term.Resign(ctx)
 
-	b, _ := redlock.New(clients) // another replica's
+	b, err := redlock.Open(list) // another replica's
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer b.Close()
 	leader, _ := b.Election("outbox-relay").Leader(ctx)
 	fmt.Printf("%s leads, term %d\n", leader.ID, leader.Term)
@@ -61,9 +69,10 @@ func ExampleRedlock_Election() {
 // Campaign blocks until the candidate leads, or until ctx ends: a bounded
 // wait is a ctx with a timeout.
 func ExampleElection_Campaign() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
 	election := rl.Election("cron")
@@ -71,7 +80,7 @@ func ExampleElection_Campaign() {
 	first, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
 	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err := election.Campaign(wait, "pod-b", 10*time.Second)
+	_, err = election.Campaign(wait, "pod-b", 10*time.Second)
 	fmt.Println("pod-b leads:", err == nil, "- waited out:", errors.Is(err, context.DeadlineExceeded))
 
 	_ = first.Resign(ctx)
@@ -85,13 +94,14 @@ func ExampleElection_Campaign() {
 
 // A Term's context ends when the term does; its cause says how.
 func ExampleTerm() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
 
-	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	term, _ := rl.Election("mailer").Campaign(ctx, "pod-a", 10*time.Second)
 	fmt.Println(term.ID(), "leads, term", term.Number())
 	go func() {
 		_ = term.Resign(ctx) // a rolling deploy's SIGTERM, say
@@ -106,18 +116,19 @@ func ExampleTerm() {
 // Resign ends the term's context, then releases the election: a waiting
 // candidate leads within a few round trips.
 func ExampleTerm_Resign() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
-	election := rl.Election("cron")
+	election := rl.Election("indexer")
 
 	term, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
 	if err := term.Resign(ctx); err != nil {
 		fmt.Println("resign:", err)
 	}
-	_, err := election.Leader(ctx)
+	_, err = election.Leader(ctx)
 	fmt.Println("no leader:", errors.Is(err, redlock.ErrNoLeader))
 	// Output:
 	// no leader: true
@@ -125,12 +136,13 @@ func ExampleTerm_Resign() {
 
 // Leader says who leads as a quorum of nodes holds it.
 func ExampleElection_Leader() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
-	election := rl.Election("cron")
+	election := rl.Election("cache-warmer")
 
 	if _, err := election.Leader(ctx); errors.Is(err, redlock.ErrNoLeader) {
 		fmt.Println("nobody leads")
@@ -146,13 +158,14 @@ func ExampleElection_Leader() {
 
 // Observe follows the leaders: the current one, then each new term.
 func ExampleElection_Observe() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	election := rl.Election("cron")
+	election := rl.Election("dispatcher")
 
 	first, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
 	leaders := election.Observe(ctx)
@@ -169,16 +182,17 @@ func ExampleElection_Observe() {
 // A fleet-wide limit: at most 2 report renderers at once, whichever
 // replicas they run in.
 func ExampleWithPermits() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
 	two := redlock.WithPermits(2)
 
 	a, _ := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two)
 	b, _ := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two)
-	_, err := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two, redlock.WithRetryCount(0))
+	_, err = rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two, redlock.WithRetryCount(0))
 	fmt.Println("a third renderer:", errors.Is(err, redlock.ErrResourceLocked))
 	_, _ = a.Release(ctx)
 	c, err := rl.Acquire(ctx, []string{"renderers"}, 10*time.Second, two, redlock.WithRetryCount(0))
@@ -193,9 +207,10 @@ func ExampleWithPermits() {
 // Many readers of a config, one writer: shared locks coexist, and the
 // exclusive lock waits for them (and keeps new readers out meanwhile).
 func ExampleWithShared() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
 	read := redlock.WithShared(true)
@@ -219,9 +234,10 @@ func ExampleWithShared() {
 // An Election is a name over the nodes: every replica that uses the same
 // name takes part in the same election.
 func ExampleElection() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	election := rl.Election("scheduler")
 	fmt.Println(election.Name())
@@ -231,9 +247,10 @@ func ExampleElection() {
 
 // Name is the name the Election was made with.
 func ExampleElection_Name() {
-	clients, stop := exampleNodes(1)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	fmt.Println(rl.Election("outbox-relay").Name())
 	// Output:
@@ -250,12 +267,13 @@ func ExampleLeader() {
 
 // ID is the name the candidate campaigned as.
 func ExampleTerm_ID() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
-	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	term, _ := rl.Election("janitor").Campaign(ctx, "pod-a", 10*time.Second)
 	defer term.Resign(ctx)
 	fmt.Println(term.ID())
 	// Output:
@@ -265,12 +283,13 @@ func ExampleTerm_ID() {
 // Number is the term's fencing token: every later term's is greater, so a
 // store that keeps the highest it has seen refuses a deposed leader.
 func ExampleTerm_Number() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer rl.Close()
 	ctx := context.Background()
-	election := rl.Election("cron")
+	election := rl.Election("ledger-writer")
 
 	var highest uint64 // the store's
 	write := func(term uint64) bool {
@@ -293,11 +312,12 @@ func ExampleTerm_Number() {
 
 // Context ends when the term does; the leader's work watches it.
 func ExampleTerm_Context() {
-	clients, stop := exampleNodes(3)
-	defer stop()
-	rl, _ := redlock.New(clients)
+	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
-	term, _ := rl.Election("cron").Campaign(ctx, "pod-a", 10*time.Second)
+	term, _ := rl.Election("compactor").Campaign(ctx, "pod-a", 10*time.Second)
 	_ = rl.Close() // resigns the term
 	<-term.Context().Done()
 	fmt.Println(errors.Is(context.Cause(term.Context()), redlock.ErrClosed))

@@ -2,10 +2,14 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/go-redlock/redlock/redlocktest"
 )
 
 // quiet drops go-redis's own log lines (dial retries against the nodes the
@@ -16,9 +20,36 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 // TestMain fails the package if any goroutine outlives the tests: every
 // goroutine redlock starts must have an owner and end.
+//
+// It also starts the three in-memory nodes that the Examples run on, and
+// sets REDLOCK_NODES to their list: an Example gets its nodes as a
+// program would, with redlock.Open(os.Getenv("REDLOCK_NODES")). The list
+// is always the embedded nodes', never one from the environment, so that
+// no Example touches a real deployment. The nodes stop after the tests,
+// before goleak looks for goroutines left over.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m, goIgnoreRedial)
+	nodes, err := redlocktest.Start(3)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the Examples' nodes:", err)
+		os.Exit(1)
+	}
+	if err := os.Setenv("REDLOCK_NODES", nodes.List()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(runThenStop{m, nodes.Close}, goIgnoreRedial)
+}
+
+// runThenStop runs the tests, then stop, before goleak's check.
+type runThenStop struct {
+	m    *testing.M
+	stop func()
+}
+
+func (r runThenStop) Run() int {
+	defer r.stop()
+	return r.m.Run()
 }
 
 // goIgnoreRedial ignores go-redis's own redial probe: once a pool has failed
