@@ -322,7 +322,7 @@ func ExampleWithFairQueue() {
 			}
 		}
 	}
-	_, _ = lock.Release(ctx) // hands the nodes' keys to host-b, the head of the queue
+	_, _ = lock.Release(ctx) // hands the nodes' keys to host-b, next in the queue
 
 	next := <-turn
 	fmt.Println("host-b holds the report:", next.Valid())
