@@ -74,13 +74,13 @@ func main() {
 }
 
 func run(addrList string) error {
-	clients, closeAll, err := demo.Clients(addrList, 3)
+	list, stop, err := demo.Nodes(addrList, 3)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer stop()
 	// WithFencing as a default: every lock of this Redlock has a token.
-	rl, err := redlock.New(clients, redlock.WithFencing(true))
+	rl, err := redlock.Open(list, redlock.WithFencing(true))
 	if err != nil {
 		return err
 	}

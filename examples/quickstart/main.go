@@ -31,12 +31,12 @@ func main() {
 }
 
 func run(addrList string) error {
-	clients, closeAll, err := demo.Clients(addrList, 3)
+	list, stop, err := demo.Nodes(addrList, 3)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	rl, err := redlock.New(clients)
+	defer stop()
+	rl, err := redlock.Open(list)
 	if err != nil {
 		return err
 	}

@@ -34,12 +34,12 @@ func main() {
 }
 
 func run(addrList string) error {
-	clients, closeAll, err := demo.Clients(addrList, 3)
+	list, stop, err := demo.Nodes(addrList, 3)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	rl, err := redlock.New(clients, redlock.WithAutomaticExtensionThreshold(200*time.Millisecond))
+	defer stop()
+	rl, err := redlock.Open(list, redlock.WithAutomaticExtensionThreshold(200*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -61,14 +61,13 @@ func run(addrList string) error {
 	})
 	fmt.Printf("job 1 finished: err=%v\n", err)
 
-	// Job 2: someone overwrites the lock's keys on every node mid-way.
+	// Job 2: an operator takes the lock back mid-way (redlock release
+	// using:job2, from a shell): Using's next extension finds it gone.
 	err = rl.Using(ctx, []string{"using:job2"}, ttl, func(ctx context.Context) error {
-		for _, c := range clients {
-			// With a ttl of its own, as a real holder's: a second run of
-			// this demo on the same nodes finds the key gone.
-			c.Set(ctx, "using:job2", "somebody-else", ttl)
+		if err := rl.ForceRelease(ctx, "using:job2"); err != nil {
+			return err
 		}
-		fmt.Println("job 2: the lock's keys were overwritten by another client")
+		fmt.Println("job 2: an operator force-released the lock")
 		select {
 		case <-ctx.Done():
 			fmt.Printf("job 2: stopped, cause: %v\n", context.Cause(ctx))

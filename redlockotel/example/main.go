@@ -21,7 +21,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -62,7 +61,6 @@ func run(addrList, listen string, workers int) error {
 		return err
 	}
 
-	var clients []redis.UniversalClient
 	if addrList == "" {
 		for range 3 {
 			mr, err := miniredis.Run()
@@ -74,12 +72,7 @@ func run(addrList, listen string, workers int) error {
 		}
 		addrList = strings.TrimSuffix(addrList, ",")
 	}
-	for _, a := range strings.Split(addrList, ",") {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		defer c.Close()
-		clients = append(clients, c)
-	}
-	rl, err := redlock.New(clients, redlock.WithObserver(obs))
+	rl, err := redlock.Open(addrList, redlock.WithObserver(obs))
 	if err != nil {
 		return err
 	}

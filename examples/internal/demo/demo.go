@@ -6,61 +6,22 @@ package demo
 import (
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
+	"github.com/go-redlock/redlock/redlocktest"
 )
 
-// Clients returns one go-redis client per address in addrList (host:port,
-// comma-separated) or, when addrList is empty, per one of n embedded nodes it
-// starts. close closes the clients and stops the embedded nodes.
-func Clients(addrList string, n int) (clients []redis.UniversalClient, close func(), err error) {
-	var stops []func()
-	close = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
+// Nodes returns the node list for redlock.Open: addrList as given
+// (host:port or redis:// URLs, comma-separated) or, when it is empty, the
+// addresses of n embedded nodes that it starts (redlocktest's in-memory
+// nodes, whose keys expire in real time). stop stops them.
+func Nodes(addrList string, n int) (list string, stop func(), err error) {
+	if addrList != "" {
+		return addrList, func() {}, nil
 	}
-	var addrs []string
-	if addrList == "" {
-		for range n {
-			mr := miniredis.NewMiniRedis()
-			if err := mr.Start(); err != nil {
-				close()
-				return nil, nil, fmt.Errorf("starting an embedded node: %w", err)
-			}
-			stops = append(stops, mr.Close, followClock(mr))
-			addrs = append(addrs, mr.Addr())
-		}
-		fmt.Printf("using %d embedded nodes: %s\n", n, strings.Join(addrs, " "))
-	} else {
-		addrs = strings.Split(addrList, ",")
+	nodes, err := redlocktest.Start(n)
+	if err != nil {
+		return "", nil, fmt.Errorf("starting the embedded nodes: %w", err)
 	}
-	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(a)})
-		stops = append(stops, func() { _ = c.Close() })
-		clients = append(clients, c)
-	}
-	return clients, close, nil
-}
-
-// followClock makes an embedded node's keys expire in real time (miniredis's
-// clock only moves when told to) and returns the function that stops it.
-func followClock(mr *miniredis.Miniredis) func() {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				mr.FastForward(10 * time.Millisecond)
-			}
-		}
-	}()
-	return func() { close(stop); <-done }
+	fmt.Printf("using %d embedded nodes: %s\n", n, strings.ReplaceAll(nodes.List(), ",", " "))
+	return nodes.List(), nodes.Close, nil
 }
