@@ -32,7 +32,7 @@ var (
 )
 
 // ElectedChannel is the pub/sub channel on which every node announces each
-// term its election wrote (see [Election.Watch]); the message is the
+// term its election wrote (see [Election.Observe]); the message is the
 // election's key, "redlock:election:" + its name.
 const ElectedChannel = script.ElectedChannel
 

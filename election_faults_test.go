@@ -32,7 +32,8 @@ func TestObserveClosesWithAHungNode(t *testing.T) {
 			f.Proxies[2].Set(fault)
 			defer f.Proxies[2].Heal()
 			octx, cancel := context.WithCancel(ctx)
-			ch := f.rl.Election("obs").Observe(octx)
+			ch, err := f.rl.Election("obs").Observe(octx)
+			require.NoError(t, err)
 			l := <-ch
 			assert.Equal(t, term.Number(), l.Term)
 			cancel()
@@ -69,7 +70,8 @@ func TestObserveNeverSendsAFailedCampaign(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = watcher.Close() })
 	octx, ostop := context.WithCancel(context.Background())
-	obs := watcher.Election("phantom").Observe(octx)
+	obs, err := watcher.Election("phantom").Observe(octx)
+	require.NoError(t, err)
 	var (
 		mu       sync.Mutex
 		observed []redlock.Leader
@@ -156,7 +158,8 @@ func TestObservePollsWithoutAnnouncements(t *testing.T) {
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ch := f.rl.Election("quiet").Observe(ctx)
+	ch, err := f.rl.Election("quiet").Observe(ctx)
+	require.NoError(t, err)
 	key := electionKey("quiet")
 	rec := "redlock:leader:{" + key + "}:" + key
 	time.Sleep(100 * time.Millisecond) // past Observe's first read

@@ -250,7 +250,8 @@ func TestObserveFollowsTheTerms(t *testing.T) {
 
 	watcher, _ := ownRedlock(t, f, viaF)
 	octx, stop := context.WithCancel(ctx)
-	ch := watcher.Election("watch").Observe(octx)
+	ch, err := watcher.Election("watch").Observe(octx)
+	require.NoError(t, err)
 	l := <-ch
 	assert.Equal(t, redlock.Leader{ID: "a", Term: first.Number()}, l)
 	require.Eventually(t, func() bool { // subscribed on every node
@@ -290,7 +291,8 @@ func TestCloseEndsTheTerm(t *testing.T) {
 	rl, _ := ownRedlock(t, f, viaF)
 	term, err := rl.Election("close").Campaign(ctx, "x", 5*time.Second)
 	require.NoError(t, err)
-	ch := rl.Election("close").Observe(ctx)
+	ch, err := rl.Election("close").Observe(ctx)
+	require.NoError(t, err)
 	<-ch
 	require.NoError(t, rl.Close())
 	select {
@@ -408,7 +410,9 @@ func TestElectionBadInput(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(term.Context()), redlock.ErrInvalidArgument)
 		assert.Zero(t, term.Number())
 	}
-	_, closed := <-nilElection.Observe(ctx)
+	ch, err := nilElection.Observe(ctx)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, closed := <-ch
 	assert.False(t, closed, "Observe of a nil Election gives a closed channel")
 	assert.Zero(t, f.DBSize(t, 0), "nothing was written")
 }

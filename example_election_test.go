@@ -168,7 +168,10 @@ func ExampleElection_Observe() {
 	election := rl.Election("dispatcher")
 
 	first, _ := election.Campaign(ctx, "pod-a", 10*time.Second)
-	leaders := election.Observe(ctx)
+	leaders, err := election.Observe(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(<-leaders)
 	_ = first.Resign(ctx)
 	second, _ := election.Campaign(ctx, "pod-b", 10*time.Second)

@@ -139,7 +139,7 @@ func (c *leaderCall) send(a leaderRead) { c.once.Do(func() { c.out <- a }) }
 // or when a term ends by expiry, which nothing announces.
 const observePoll = time.Second
 
-// Watch returns a channel that receives the current leader (if any),
+// Observe returns a channel that receives the current leader (if any),
 // then each new term as it starts, in term order (a term that started and
 // ended between two reads may be missed; a term is never sent twice or
 // after a later one). It reads the leader when a node announces a term on
@@ -150,11 +150,11 @@ const observePoll = time.Second
 // is closed. A receiver that stops reading holds the reads up, nothing
 // else.
 //
-// Watch returns an error matching [ErrInvalidArgument] for a nil or zero
+// Observe returns an error matching [ErrInvalidArgument] for a nil or zero
 // Election, an empty election name or a nil ctx, and one matching
 // [ErrClosed] once the Redlock is closed; the channel it returns with an
 // error is closed, and nothing was sent.
-func (e *Election) Watch(ctx context.Context) (<-chan Leader, error) {
+func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	ch := make(chan Leader)
 	if err := e.ready(ctx, "watch"); err != nil {
 		close(ch)
@@ -204,15 +204,6 @@ func (e *Election) Watch(ctx context.Context) (<-chan Leader, error) {
 		}
 	}()
 	return ch, nil
-}
-
-// Observe is [Election.Watch] without its error, for a range loop over
-// an Election known to be good: where Watch returns an error (a nil or
-// zero Election, an empty name, a nil ctx, a closed Redlock), Observe's
-// channel is closed at once. Call Watch to learn why.
-func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	ch, _ := e.Watch(ctx)
-	return ch
 }
 
 // subscribe listens on every node for this election's announcements on

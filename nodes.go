@@ -76,8 +76,8 @@ func parseNode(e string) (*redis.Options, error) {
 	}
 	o, err := redis.ParseURL(e)
 	if err != nil {
-		return nil, errors.New(urlProblem(err) + " (a URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, " +
-			"or rediss:// for TLS; write a / ? # @ % or , in a password as %2F %3F %23 %40 %25 %2C)")
+		return nil, errors.New(urlProblem(err) + ". A URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, " +
+			"or rediss:// for TLS. Write a / ? # @ % or , in a password as %2F %3F %23 %40 %25 %2C")
 	}
 	if o.Network != "unix" {
 		if err := checkAddr(o.Addr); err != nil {
@@ -204,7 +204,7 @@ func maskCredentials(s string) string {
 
 // Open returns a Redlock over the nodes of list (see [ParseNodes]), with a
 // *redis.Client for each that the Redlock owns: [Redlock.Close] closes them
-// once what is in flight is done. opts are New's. It is the short way for
+// once what is in flight is done, or its wait has run out. opts are New's. It is the short way for
 // independent nodes given as addresses or URLs:
 //
 //	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES")) // 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
@@ -235,12 +235,4 @@ func Open(list string, opts ...Option) (*Redlock, error) {
 	}
 	r.owned = clients
 	return r, nil
-}
-
-// closeAll closes clients, whose errors (a client already closed) say
-// nothing the caller can act on.
-func closeAll(clients []redis.UniversalClient) {
-	for _, c := range clients {
-		_ = c.Close()
-	}
 }

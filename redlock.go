@@ -335,7 +335,7 @@ const closeWait = time.Second
 // After Close, every call that takes something new returns an error
 // matching [ErrClosed] at once, sending nothing: Acquire (with any
 // options), Using, [Election.Campaign] and [Election.Lead],
-// [Election.Leader] and [Election.Watch] (Observe's channel is closed),
+// [Election.Leader] and [Election.Observe],
 // [Redlock.Inspect] and [Redlock.ForceRelease]. Extend and Release of the
 // locks taken before Close are still sent, so that a lock is released
 // rather than left held for its ttl; a release that gets no reply is no
@@ -387,4 +387,12 @@ func (r *Redlock) Close() error {
 	r.workers.Stop()
 	closeAll(r.owned)
 	return nil
+}
+
+// closeAll closes clients, whose errors (a client already closed) say
+// nothing the caller can act on.
+func closeAll(clients []redis.UniversalClient) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
 }

@@ -73,7 +73,7 @@ func TestClosedTakesNothingNew(t *testing.T) {
 			return e.Lead(ctx, "x", 5*time.Second, func(context.Context) error { return errors.New("fn led on a closed Redlock") })
 		},
 		"Leader":       func() error { _, err := e.Leader(ctx); return err },
-		"Watch":        func() error { _, err := e.Watch(ctx); return err },
+		"Observe":      func() error { _, err := e.Observe(ctx); return err },
 		"Inspect":      func() error { _, err := rl.Inspect(ctx, "closing"); return err },
 		"ForceRelease": func() error { return rl.ForceRelease(ctx, "closing") },
 	}
@@ -83,7 +83,8 @@ func TestClosedTakesNothingNew(t *testing.T) {
 		assert.Equal(t, redlock.OutcomeInvalid, redlock.OutcomeOf(err), "OutcomeOf(%s after Close): refused before anything was sent", name)
 		t.Logf("%s: %v", name, err)
 	}
-	_, open := <-e.Observe(ctx)
+	ch, _ := e.Observe(ctx)
+	_, open := <-ch
 	assert.False(t, open, "Observe after Close: a channel that is open")
 	assert.Less(t, time.Since(begin), 500*time.Millisecond, "the refused calls took %v", time.Since(begin))
 	assert.Zero(t, sent.Load(), "commands sent by the calls refused after Close")
@@ -194,11 +195,11 @@ func TestTwoNodesRefused(t *testing.T) {
 	}
 }
 
-// Watch says why it cannot watch: bad input matches ErrInvalidArgument, a
+// Observe says why it cannot watch: bad input matches ErrInvalidArgument, a
 // closed Redlock ErrClosed, each with a closed channel; Observe, which
 // drops the error, gives that closed channel. (Observe gave a closed
 // channel and said nothing.)
-func TestWatchSaysWhy(t *testing.T) {
+func TestObserveSaysWhy(t *testing.T) {
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -213,25 +214,23 @@ func TestWatchSaysWhy(t *testing.T) {
 		"empty name":    {f.rl.Election(""), ctx},
 		"nil ctx":       {f.rl.Election("w"), nilCtx},
 	} {
-		ch, err := c.e.Watch(c.ctx)
-		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Watch with a %s = %v", name, err)
+		ch, err := c.e.Observe(c.ctx)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, "Observe with a %s = %v", name, err)
 		t.Logf("%s: %v", name, err)
 		_, open := <-ch
-		assert.False(t, open, "Watch with a %s: its channel is open", name)
-		_, open = <-c.e.Observe(c.ctx)
 		assert.False(t, open, "Observe with a %s: its channel is open", name)
 	}
 
-	ch, err := f.rl.Election("w").Watch(ctx)
-	require.NoError(t, err, "Watch of a good Election")
+	ch, err := f.rl.Election("w").Observe(ctx)
+	require.NoError(t, err, "Observe of a good Election")
 	cancel()
 	for range ch { // closed once ctx ended
 	}
 
 	rl, _ := ownRedlock(t, f, viaF)
 	require.NoError(t, rl.Close())
-	ch, err = rl.Election("w").Watch(context.Background())
-	assert.ErrorIs(t, err, redlock.ErrClosed, "Watch on a closed Redlock = %v", err)
+	ch, err = rl.Election("w").Observe(context.Background())
+	assert.ErrorIs(t, err, redlock.ErrClosed, "Observe on a closed Redlock = %v", err)
 	_, open := <-ch
-	assert.False(t, open, "Watch on a closed Redlock: its channel is open")
+	assert.False(t, open, "Observe on a closed Redlock: its channel is open")
 }

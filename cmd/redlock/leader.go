@@ -92,7 +92,12 @@ func leaderVerb(args []string, stdout, stderr io.Writer) int {
 	}
 	p.print(l, err, stderr)
 	last := l.Term
-	for l := range el.Observe(ctx) {
+	leaders, err := el.Observe(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock leader: %s\n", plain(err))
+		return exitUnavailable
+	}
+	for l := range leaders {
 		if l.Term > last { // Observe sends the current leader first: maybe the one printed
 			p.print(l, nil, stderr)
 			last = l.Term

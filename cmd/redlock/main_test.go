@@ -357,7 +357,7 @@ func TestBadInvocations(t *testing.T) {
 		{"no verb", true, nil, exitUsage, "Usage:"},
 		{"unknown verb", true, []string{"lock", "x"}, exitUsage, `unknown verb "lock"`},
 		{"no nodes", false, []string{"run", "x", "--", "true"}, exitUsage, "no nodes: give --nodes"},
-		{"node without a port", false, []string{"run", "--nodes", "localhost", "x", "--", "true"}, exitUsage, `node "localhost" has no port`},
+		{"node without a port", false, []string{"run", "--nodes", "localhost", "x", "--", "true"}, exitUsage, `node "localhost": no port: give host:port, such as localhost:6379`},
 		{"bad URL", false, []string{"run", "--nodes", "redis://:x@h:notaport", "x", "--", "true"}, exitUsage, "redis://"},
 		{"no command", true, []string{"run", "x"}, exitUsage, "no COMMAND"},
 		{"no command after --", true, []string{"run", "x", "--"}, exitUsage, "no COMMAND"},
