@@ -17,7 +17,9 @@ import (
 //
 // The Lock's expiration is the start of the successful attempt + ttl - drift
 // ([WithDriftFactor]); an attempt that reaches a quorum only after that time
-// counts as failed.
+// counts as failed. A failed Acquire returns once what it wrote has been
+// released on every node it reached, waiting at most its attempt's timeout
+// (the node timeout, or ttl − drift when shorter).
 //
 // Acquire returns an error matching [ErrInvalidArgument] for bad input (no or
 // empty or duplicate resources, ttl not a positive whole number of

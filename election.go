@@ -105,8 +105,11 @@ func (e *Election) ready(ctx context.Context, call string) error {
 // the nodes later still, by the drift allowance. The term's context
 // carries ctx's values, not its end (the campaign's ctx bounds the wait,
 // not the term), and the term's number as its fencing token ([TokenFrom]).
-// Resign the term when done (or use [Election.Lead]); [Redlock.Close]
-// resigns every term of its Redlock.
+// Once granted, the term's first extension (at once: one round trip)
+// records value:term:id beside the key and announces it on
+// [ElectedChannel]. A leader that dies is replaced within its ttl plus one
+// retry delay. Resign the term when done (or use [Election.Lead]);
+// [Redlock.Close] resigns every term of its Redlock.
 //
 // Campaign returns an error matching [ErrInvalidArgument] for a bad name or
 // id, and for anything Using refuses (a ttl below the threshold + 100ms, a

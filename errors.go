@@ -228,6 +228,12 @@ func (e *NodeTimeoutError) Error() string {
 // retrying cannot fix (a wrong password, an ACL that forbids the scripts),
 // the call ends at once and the error also unwraps to the refusing node's
 // [*NodeError]. The other node errors are in Attempts.
+//
+// The refusals that end a call: NOAUTH, WRONGPASS, NOPERM or a script an ACL
+// forbids, WRONGTYPE, a bad or exhausted fencing counter, a resource held
+// as another kind, CROSSSLOT, an unknown command and DENIED. READONLY,
+// LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY, OOM, MISCONF and network
+// errors are retried.
 type ExecutionError struct {
 	Op        Op
 	Resources []string

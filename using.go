@@ -34,7 +34,10 @@ import (
 // never ends while the lock is extended. Using then returns an error
 // matching ErrExtensionFailed even if fn returned nil: the critical section
 // was not protected to the end. fn should watch ctx.Done() and stop acting
-// on the protected resource when it fires.
+// on the protected resource when it fires. Nothing watches the lock between
+// extensions: a lock taken from its holder (force-released, or taken by
+// another after it expired) is noticed at the next extension, at most
+// ttl − threshold after the loss.
 //
 // When ctx ends, fn's context ends too; the lock is kept until fn returns, and
 // then released. When fn returns, no new extension starts, an extension in
