@@ -70,3 +70,18 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
+
+// README.md is read in ten minutes and the package doc in a few: at most
+// 300 and 150 lines (issue 34). What they leave out is in the names' docs,
+// RELIABILITY.md and benchmarks/README.md.
+func TestReadmeAndPackageDocStayShort(t *testing.T) {
+	for f, most := range map[string]int{"README.md": 300, "doc.go": 150} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > most {
+			t.Errorf("%s has %d lines; at most %d: move the detail to the names' docs, RELIABILITY.md or benchmarks/README.md", f, n, most)
+		}
+	}
+}
