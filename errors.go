@@ -191,7 +191,7 @@ func (e *NodeTimeoutError) Error() string {
 	case e.CircuitOpen:
 		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
 	case e.connecting:
-		fmt.Fprintf(&b, "no connection set up within %v (%d times WithNodeTimeout; it goes on within the client's DialTimeout)", e.Timeout, lane.SetUpWait)
+		fmt.Fprintf(&b, "no connection set up within %v (a node's set-up gets %d times WithNodeTimeout, one once it was found slow; it goes on within the client's DialTimeout)", e.Timeout, lane.SetUpWait)
 	case e.setUp:
 		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift), while the client was still setting up a connection (dialing, the handshake: bounded by the client's DialTimeout)", e.Timeout)
 	case e.validity:

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,4 +147,33 @@ func TestSetUpOfASilentNodeIsBounded(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not sent", "the breaker is open")
 	assert.Less(t, took, 300*time.Millisecond, "the second try-lock waited for a silent node (it fails at once: a margin for a loaded machine)")
+}
+
+// A node whose first connection could not be set up, then silent on the
+// next attempts, is reported with the bound that passed and why it was that
+// bound: 5 node timeouts for the first set-up, one once the node was found
+// slow. (A newcomer read "within 100ms (5 times WithNodeTimeout)".)
+func TestSetUpMessageNamesItsBound(t *testing.T) {
+	f := newFixture(t, redistest.Setup{Nodes: 3}, redlock.WithNodeTimeout(100*time.Millisecond))
+	for _, nd := range f.Nodes[1:] {
+		nd.Pause()
+		t.Cleanup(nd.Resume)
+	}
+	_, err := f.rl.Acquire(context.Background(), []string{"setup-message"}, 10*time.Second, redlock.WithRetryCount(4))
+	require.Error(t, err)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	seen := map[string]bool{}
+	for _, a := range ee.Attempts {
+		for _, why := range a.VotesAgainst {
+			s := why.Error()
+			if !strings.Contains(s, "no connection set up within") {
+				continue
+			}
+			assert.Regexp(t, `no connection set up within (500ms|100ms) \(a node's set-up gets 5 times WithNodeTimeout, one once it was found slow`, s)
+			seen[s[strings.Index(s, "within"):][:len("within 500ms")]] = true
+		}
+	}
+	t.Logf("bounds reported: %v", seen)
+	assert.True(t, seen["within 500ms"], "the first set-up's bound, 5 node timeouts, is reported")
 }

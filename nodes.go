@@ -63,6 +63,9 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 
 // parseNode parses one entry of a node list.
 func parseNode(e string) (*redis.Options, error) {
+	if strings.ContainsAny(e, "; \t") {
+		return nil, errors.New("not one node: separate the nodes of a list with commas, such as 10.0.0.1:6379,10.0.0.2:6379")
+	}
 	if !strings.Contains(e, "://") {
 		if !strings.Contains(e, ":") {
 			return nil, errors.New("no port: give host:port, such as " + e + ":6379")

@@ -48,6 +48,8 @@ func TestParseNodesRefuses(t *testing.T) {
 		{"   ", []string{"empty"}},
 		{"a:1,,b:1", []string{"entry 2 is empty"}},
 		{"a:1,", []string{"entry 2 is empty"}},
+		{"a:1;b:1;c:1", []string{"separate the nodes of a list with commas"}},
+		{"a:1 b:1", []string{"separate the nodes of a list with commas"}},
 		{"redis-1", []string{`"redis-1"`, "no port", "redis-1:6379"}},
 		{"a:0", []string{`port "0"`, "1-65535"}},
 		{"a:70000", []string{"1-65535"}},

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,20 +43,28 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 			t.Errorf("README Go block %d does not start with a package clause: a block must be a whole file:\n%s", i+1, src)
 			continue
 		}
-		pkg := filepath.Join(dir, "block"+strconv.Itoa(i+1))
+		// Each main package is a program of its own; the blocks of one
+		// other package (a function and its test) are one package.
+		name := strings.Fields(src)[1]
+		pkg := filepath.Join(dir, name)
+		if name == "main" {
+			pkg = filepath.Join(dir, "block"+strconv.Itoa(i+1))
+		}
 		if err := os.MkdirAll(pkg, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		name := "main.go"
+		file := "block" + strconv.Itoa(i+1) + ".go"
 		if strings.Contains(src, "func Test") {
 			// A test of the user's, as README shows it: it runs.
-			name = "main_test.go"
+			file = "block" + strconv.Itoa(i+1) + "_test.go"
 			tests = append(tests, "./"+filepath.ToSlash(pkg))
 		}
-		if err := os.WriteFile(filepath.Join(pkg, name), []byte(src), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(pkg, file), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		args = append(args, "./"+filepath.ToSlash(pkg))
+		if !slices.Contains(args, "./"+filepath.ToSlash(pkg)) {
+			args = append(args, "./"+filepath.ToSlash(pkg))
+		}
 	}
 	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {

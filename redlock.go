@@ -63,7 +63,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
 	}
 	if len(clients) == 2 {
-		return nil, invalid("2 clients: the quorum of 2 nodes is both, so either node down stops every lock " +
+		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
 			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
 	}
 	for i, c := range clients {
