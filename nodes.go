@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strconv"
@@ -38,22 +39,28 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 		return nil, invalid("the node list is empty: give host:port entries separated by commas, such as " +
 			"10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 (an environment variable that is not set gives an empty list)")
 	}
-	entries := strings.Split(list, ",")
-	opts := make([]*redis.Options, 0, len(entries))
+	m := newMasker(list)
+	var opts []*redis.Options
 	seen := map[string]int{}
-	for i, e := range entries {
+	quoted := map[int]string{} // entry i as its errors quote it
+	at := 0
+	for i, e := range strings.Split(list, ",") {
+		from := at
+		at += len(e) + 1
+		lead := len(e) - len(strings.TrimLeft(e, " \t\n"))
 		e = strings.TrimSpace(e)
+		quoted[i] = m.quote(from+lead, from+lead+len(e))
 		if e == "" {
-			return nil, invalid("node list %q: entry %d is empty (two commas, or one at an end)", maskCredentials(list), i+1)
+			return nil, m.invalid("node list %s: entry %d is empty (two commas, or one at an end)", m.quote(0, len(list)), i+1)
 		}
 		o, err := parseNode(e)
 		if err != nil {
-			return nil, invalid("node %q: %s", maskCredentials(e), err)
+			return nil, m.invalid("node %s: %s", quoted[i], err)
 		}
 		id := serverID(o)
 		if j, ok := seen[id]; ok {
-			return nil, invalid("node %q and node %q talk to the same server (%s), which would vote twice: "+
-				"give each independent node once", maskCredentials(strings.TrimSpace(entries[j])), maskCredentials(e), id)
+			return nil, m.invalid("node %s and node %s talk to the same server (%s), which would vote twice: "+
+				"give each independent node once", quoted[j], quoted[i], id)
 		}
 		seen[id] = i
 		opts = append(opts, o)
@@ -61,9 +68,103 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 	return opts, nil
 }
 
+// A masker hides the credentials of a node list in the errors that quote
+// it. A password may hold any character, a comma or a space included (the
+// list is split at commas before anything is parsed), so what is hidden is
+// found in the whole list: the user information of each URL, from its
+// "://" to the last "@" before the next "://"; "user:password@" in an entry
+// without a scheme; and the values of password= options, to the next "&"
+// or "://".
+type masker struct {
+	list    string
+	secret  []bool   // list[i] is part of a credential
+	secrets []string // the credentials, and their passwords, 3 bytes or longer
+}
+
+func newMasker(list string) *masker {
+	m := &masker{list: list, secret: make([]bool, len(list))}
+	mark := func(from, to int) {
+		for i := from; i < to; i++ {
+			m.secret[i] = true
+		}
+		c := list[from:to]
+		for _, v := range append([]string{c}, strings.Split(c, ":")...) {
+			if len(v) >= 3 {
+				m.secrets = append(m.secrets, v)
+			}
+		}
+	}
+	nextScheme := func(from int) int {
+		if k := strings.Index(list[from:], "://"); k >= 0 {
+			return from + k
+		}
+		return len(list)
+	}
+	for i := 0; ; {
+		k := strings.Index(list[i:], "://")
+		if k < 0 {
+			break
+		}
+		start := i + k + 3
+		if at := strings.LastIndex(list[start:nextScheme(start)], "@"); at >= 0 {
+			mark(start, start+at)
+		}
+		i = start
+	}
+	from := 0
+	for _, e := range strings.Split(list, ",") {
+		if at := strings.LastIndex(e, "@"); at >= 0 && !strings.Contains(e, "://") {
+			mark(from, from+at)
+		}
+		from += len(e) + 1
+	}
+	lower := strings.ToLower(list)
+	for i := 0; ; {
+		k := strings.Index(lower[i:], "password=")
+		if k < 0 {
+			break
+		}
+		start := i + k + len("password=")
+		end := nextScheme(start)
+		if amp := strings.IndexByte(list[start:end], '&'); amp >= 0 {
+			end = start + amp
+		}
+		mark(start, end)
+		i = start
+	}
+	return m
+}
+
+// quote returns list[from:to] quoted, each run of credential in it
+// replaced by "xxxxx".
+func (m *masker) quote(from, to int) string {
+	var b strings.Builder
+	for i := from; i < to; i++ {
+		if !m.secret[i] {
+			b.WriteByte(m.list[i])
+			continue
+		}
+		b.WriteString("xxxxx")
+		for i+1 < to && m.secret[i+1] {
+			i++
+		}
+	}
+	return strconv.Quote(b.String())
+}
+
+// invalid is the package's invalid with every credential of the list masked
+// wherever the message has it (a parser's words may quote a piece of one).
+func (m *masker) invalid(format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	for _, s := range m.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return invalid("%s", msg)
+}
+
 // parseNode parses one entry of a node list.
 func parseNode(e string) (*redis.Options, error) {
-	if strings.ContainsAny(e, "; \t") {
+	if strings.Count(e, "://") > 1 || !strings.Contains(e, "://") && strings.ContainsAny(e, "; \t") {
 		return nil, errors.New("not one node: separate the nodes of a list with commas, such as 10.0.0.1:6379,10.0.0.2:6379")
 	}
 	if !strings.Contains(e, "://") {

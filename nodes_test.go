@@ -110,3 +110,52 @@ func TestOpen(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
 	assert.True(t, strings.Contains(err.Error(), "WithNodeTimeout"), "%v", err)
 }
+
+// A password never shows in ParseNodes' errors, whatever its characters:
+// a comma or a space in it (the list is split at commas first), an "@",
+// an escape, a piece of it that a parser quotes. (A helper's probe found
+// the first half of a password with a comma, and a password with a space,
+// in the errors.)
+func TestParseNodesNeverShowsAPassword(t *testing.T) {
+	for _, c := range []struct{ list, secret string }{
+		{"redis://u:pa,ssw0rdXYZ@h:6379", "ssw0rdXYZ"},                 // unencoded comma: first half in entry 1
+		{"redis://u:SECRETpart,tail@h:6379", "SECRETpart"},             // first half of password
+		{"redis://u:SECRET pass@h:6379", "SECRET"},                     // space in password
+		{"redis://u:abc,,SECRETZZ@h:6379", "SECRETZZ"},                 // double comma → empty entry error quoting the list
+		{"a:1,,redis://u:S3CR,ETQQ@h:6379", "S3CR"},                    // empty entry error quotes the list
+		{"redis://u:p@ss@h:6379,redis://u:p@ss@h:6379", "p@ss"},        // '@' in password, duplicate
+		{"redis://u:p%zzSECRET@h:6379", "SECRET"},                      // bad escape
+		{"redis://u:SECRET%2Cx@h:99999", "SECRET"},                     // bad port
+		{"redis://u:SECRET#frag@h:6379", "SECRET"},                     // '#' in password
+		{"redis://u:SECRET?x@h:6379", "SECRET"},                        // '?'
+		{"redis://u:SECRET/x@h:6379", "SECRET"},                        // '/'
+		{"redis://:SECRET@h:6379/abc", "SECRET"},                       // bad db
+		{"redis://h:6379?password=SECRET&foo=bar", "SECRET"},           // unknown option
+		{"redis://h:6379?foo=bar&password=SECRET", "SECRET"},           // unknown option
+		{"redis://h:6379?Password=SECRET&foo=1", "SECRET"},             //
+		{"redis://h:6379?password=SEC%20RET&foo=1", "SEC"},             //
+		{"redis://u:SECRET@h:6379?dial_timeout=zz", "SECRET"},          // bad option value
+		{"redis://u:SECRET@h:6379?db=zz", "SECRET"},                    //
+		{"redis://u:SECRET@h:6379?max_retries=SECRETx", "SECRET"},      //
+		{"redis://u:SECRET@[::1:6379", "SECRET"},                       // bad ipv6
+		{"redis://u:SECRET@h:6379 ,redis://u:SECRET@h:6379", "SECRET"}, // dup with space
+		{"REDIS://u:SECRET@h:6379/0/1", "SECRET"},
+		{"redis://u:SEC:RET@h", "SEC"},
+		{"redis://u:SECRET@", "SECRET"},
+		{"redis://u:SECRET@/x", "SECRET"},
+		{"redis://u:SECRET@h:6379\t,a", "SECRET"},
+		{"redis://u:SECRET\t@h:6379", "SECRET"},
+		{"redis://u:SECRET\n@h:6379", "SECRET"},
+		{"unix://u:SECRET@/tmp/x.sock?db=zz", "SECRET"},
+		{"unix://u:SECRET@/tmp/x.sock,unix://u:SECRET@/tmp/x.sock", "SECRET"},
+		{"rediss://u:SECRET@h:6379?skip_verify=zz", "SECRET"},
+		{"redis://u:SECRET%@h:6379", "SECRET"},
+		{"redis://u:SECRET@h:6379?protocol=zz", "SECRET"},
+	} {
+		_, err := redlock.ParseNodes(c.list)
+		if err == nil {
+			continue
+		}
+		assert.NotContains(t, err.Error(), c.secret, "a password in the error for %q", c.list)
+	}
+}
