@@ -116,6 +116,11 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if c.handedOver(p) || p.hook().granted(&c, p) {
 			return c.o
 		}
+		if i > 0 && p.op == OpAcquire && r.closed.Load() {
+			// Close woke the waiters: what takes something new ends here.
+			return c.fail(p, &ExecutionError{reason: "the Redlock was closed while the call waited (after Close, " +
+				"only the Extend and Release of locks taken before it are sent)", sentinel: ErrClosed})
+		}
 		if p.pastUntil == refusePastUntil && !time.Now().Before(p.until) {
 			return c.fail(p, &ExecutionError{reason: "cannot extend an already-expired lock", sentinel: ErrLockExpired})
 		}

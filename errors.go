@@ -45,8 +45,9 @@ var (
 	// ErrClosed is matched by the error of every call that takes something
 	// new (Acquire, Using, a campaign, a read or a take-back) once the
 	// Redlock is closed, returned before anything is sent (see
-	// [Redlock.Close]); and it is the cause of a [Term]'s context that
-	// Close ended.
+	// [Redlock.Close]); by an Acquire that was waiting when Close came,
+	// which ends at once, having taken nothing; and it is the cause of a
+	// [Term]'s context that Close ended.
 	ErrClosed = errors.New("redlock: the Redlock was closed")
 )
 

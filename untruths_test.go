@@ -3,8 +3,10 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,4 +235,53 @@ func TestObserveSaysWhy(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrClosed, "Observe on a closed Redlock = %v", err)
 	_, open := <-ch
 	assert.False(t, open, "Observe on a closed Redlock: its channel is open")
+}
+
+// An Acquire that waits when Close is called ends with ErrClosed, soon, and
+// takes nothing: after Close, nothing new is taken (a helper's probe saw a
+// waiter granted the lock 2 s after Close with New's clients, and retrying
+// for ever on Open's closed clients).
+func TestCloseEndsAWaitingAcquire(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "New's clients", true: "Open's clients"}[open], func(t *testing.T) {
+			f := newNodes(t, 3)
+			var rl *redlock.Redlock
+			if open {
+				var err error
+				rl, err = redlock.Open(strings.Join([]string{f.Nodes[0].Addr(), f.Nodes[1].Addr(), f.Nodes[2].Addr()}, ","))
+				require.NoError(t, err)
+			} else {
+				var err error
+				rl, err = redlock.New(f.Clients)
+				require.NoError(t, err)
+			}
+			ctx := context.Background()
+			held, err := f.rl.Acquire(ctx, []string{"closing"}, 10*time.Second)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() {
+				lock, err := rl.Acquire(ctx, []string{"closing"}, 10*time.Second, redlock.WithRetryCount(-1))
+				if err == nil {
+					err = fmt.Errorf("granted %s after Close", lock.Value())
+				}
+				done <- err
+			}()
+			queued(t, rl, "closing", 1)
+			closed := time.Now()
+			_ = rl.Close()
+			select {
+			case err := <-done:
+				assert.ErrorIs(t, err, redlock.ErrClosed)
+				t.Logf("the waiter ended %v after Close: %v", time.Since(closed), err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a waiting Acquire still ran 5s after Close")
+			}
+			_, err = held.Release(ctx)
+			require.NoError(t, err)
+			time.Sleep(300 * time.Millisecond) // a waiter's retry delay: what it would have taken
+			for i := range f.Nodes {
+				assert.Empty(t, f.Get(t, i, "closing"), "node %d holds the resource after Close and the holder's release", i)
+			}
+		})
+	}
 }
