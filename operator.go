@@ -27,12 +27,16 @@ import (
 //
 // Waiters are woken as by a release. Fencing counters are kept, so the
 // next token is above the old holder's. The old holder finds out at its
-// next extension, which fails (its [Redlock.Using] context ends), even once
-// the resource is free again or taken by another, and even where a node
-// lost the keys in a restart. For that, each removed key is left as a
-// tombstone, which every acquire takes as free and no extension of the old
-// holder writes over, for as long as the old holder had left plus two
-// seconds. Its later Release touches no new holder's keys. A node-redlock
+// next extension, which fails (its [Redlock.Using] context ends) while the
+// resource is free or taken by another, even where a node lost the keys in
+// a restart. For that, each removed key is left as a tombstone, which every
+// acquire takes as free and no extension of the old holder writes over, for
+// as long as the old holder had left plus two seconds. The limit: when
+// another holder takes the resource and releases it before the old
+// holder's next extension, that extension finds the keys missing, and
+// writes them back as it does after a restart: the old holder goes on, not
+// told. Stop the old holder too, or force-release one that is gone. Its
+// later Release touches no new holder's keys. A node-redlock
 // client waits for a tombstone to expire, as it would have for the lock. A
 // waiter the fair queue holds in place keeps its place ([WithFairQueue]).
 //

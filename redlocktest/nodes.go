@@ -202,7 +202,8 @@ func (n *Nodes) Restart(i int) {
 // [redlock.ErrLockExpired], and the context of a [redlock.Redlock.Using]'s
 // fn (or of an election's [redlock.Term]) is cancelled with a cause
 // matching [redlock.ErrExtensionFailed]. Anyone may take the resource at
-// once.
+// once (but a holder whose resource was taken and released again before its
+// next extension is not told: see [redlock.Redlock.ForceRelease]).
 //
 // It is [redlock.Redlock.ForceRelease] over clients of its own that reach
 // the nodes past the proxies, so it works on a node that is down or hung.
