@@ -64,8 +64,10 @@ func run(addrList string) error {
 	// Job 2: an operator takes the lock back mid-way (redlock release
 	// using:job2, from a shell): Using's next extension finds it gone.
 	err = rl.Using(ctx, []string{"using:job2"}, ttl, func(ctx context.Context) error {
+		// A node that did not answer makes it an error, though a quorum
+		// of the nodes gave the lock up: the holder loses it all the same.
 		if err := rl.ForceRelease(ctx, "using:job2"); err != nil {
-			return err
+			fmt.Printf("job 2: force release: %v\n", err)
 		}
 		fmt.Println("job 2: an operator force-released the lock")
 		select {
