@@ -359,7 +359,7 @@ func (r *Redlock) Close() error {
 	deadline := time.Now().Add(wait)
 	// Terms end first: their contexts, then their releases.
 	r.terms.close(deadline)
-	// The waiters wake at once: they retry now, then on their delay.
+	// The waiters wake at once, and end with ErrClosed (see execute).
 	subs, first := r.wake.Close()
 	if !first {
 		return nil

@@ -100,8 +100,10 @@ func TestWakeWithoutPubSub(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// Close during a wait: the waiter goes on, on its retry delay alone, and gets
-// the lock; Close is idempotent and leaves no goroutine (goleak).
+// Close during a wait: the waiter ends at once with ErrClosed, taking
+// nothing, though the resource is then released (issue 34: before, it went
+// on, on its retry delay alone, and took the lock after Close); Close is
+// idempotent and leaves no goroutine (goleak).
 func TestCloseDuringWait(t *testing.T) {
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
@@ -112,11 +114,20 @@ func TestCloseDuringWait(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(t, waiter.rl.Close())
 	require.NoError(t, waiter.rl.Close(), "second Close")
+	select {
+	case err := <-fail:
+		assert.ErrorIs(t, err, redlock.ErrClosed)
+	case l := <-got:
+		t.Fatalf("the waiter took the lock after Close: %s", l.Value())
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter still waited 5s after Close")
+	}
 	_, err = held.Release(ctx)
-	require.NoError(t, err)
-	l := awaitLock(t, got, fail, 10*time.Second, "the waiter did not get the lock after Close")
-	_, err = l.Release(ctx)
-	require.NoError(t, err, "Release after Close")
+	require.NoError(t, err, "Release through another Redlock")
+	time.Sleep(200 * time.Millisecond) // two of the waiter's retry delays
+	for i := range holder.Nodes {
+		assert.Empty(t, holder.Get(t, i, "{redlock}cl"), "node %d", i)
+	}
 }
 
 // A storm of announcements wakes a waiter at most once per announcement,

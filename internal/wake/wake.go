@@ -484,8 +484,8 @@ func (wt *Waiter) C() <-chan struct{} {
 	return wt.wake
 }
 
-// Close ends every subscription, wakes every waiter at once (they retry
-// now, then on their delay alone), and returns the Flight of the
+// Close ends every subscription, wakes every waiter at once (the caller
+// decides what a woken waiter does: redlock's end), and returns the Flight of the
 // subscription goroutines, to wait for. Later Joins return nil. It reports
 // false when the Waker was closed already.
 func (w *Waker) Close() (*flight.Flight, bool) {
