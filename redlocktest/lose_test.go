@@ -125,6 +125,13 @@ func TestLoseErrors(t *testing.T) {
 
 	_, err = rl.Acquire(ctx, []string{"twice"}, time.Minute)
 	require.NoError(t, err)
+	// Acquire returns at a quorum: a Lose before the last node's write
+	// lands there misses it (ForceRelease's limit), and the second Lose
+	// would find that holder. Lose as an operator does, once it settled.
+	require.Eventually(t, func() bool {
+		in, err := rl.Inspect(ctx, "twice")
+		return err == nil && len(in.Holders) == 1 && in.Holders[0].Nodes == 3
+	}, 5*time.Second, 5*time.Millisecond, "the lock on every node")
 	require.NoError(t, nodes.Lose("twice"))
 	assert.ErrorIs(t, nodes.Lose("twice"), redlock.ErrNotHeld, "the second Lose (tombstones are no holder)")
 
@@ -142,7 +149,11 @@ func TestLoseErrors(t *testing.T) {
 
 	_, err = rl.Acquire(ctx, []string{"expired"}, 100*time.Millisecond)
 	require.NoError(t, err)
-	time.Sleep(150 * time.Millisecond)
+	// Expired on every node: the last node's write may have landed later.
+	require.Eventually(t, func() bool {
+		in, err := rl.Inspect(ctx, "expired")
+		return err == nil && len(in.Holders) == 0
+	}, 5*time.Second, 5*time.Millisecond, "the lock expired on every node")
 	assert.ErrorIs(t, nodes.Lose("expired"), redlock.ErrNotHeld, "Lose of an expired lock")
 
 	for _, bad := range []string{"", "redlock:fence:x"} {
