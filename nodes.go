@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -47,7 +48,7 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 	for i, e := range strings.Split(list, ",") {
 		from := at
 		at += len(e) + 1
-		lead := len(e) - len(strings.TrimLeft(e, " \t\n"))
+		lead := len(e) - len(strings.TrimLeftFunc(e, unicode.IsSpace))
 		e = strings.TrimSpace(e)
 		quoted[i] = m.quote(from+lead, from+lead+len(e))
 		if e == "" {

@@ -159,3 +159,13 @@ func TestParseNodesNeverShowsAPassword(t *testing.T) {
 		assert.NotContains(t, err.Error(), c.secret, "a password in the error for %q", c.list)
 	}
 }
+
+// An error quotes its entry as given, less the blanks around it, whatever
+// they are.
+func TestParseNodesQuotesTheEntry(t *testing.T) {
+	for _, list := range []string{"a:1,\r\n redis-9 \t", "a:1, redis-9", "\vredis-9"} {
+		_, err := redlock.ParseNodes(list)
+		require.Error(t, err, "%q", list)
+		assert.Contains(t, err.Error(), `node "redis-9": no port`, "%q", list)
+	}
+}
