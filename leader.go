@@ -156,7 +156,7 @@ const observePoll = time.Second
 // error is closed, and nothing was sent.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	ch := make(chan Leader)
-	if err := e.ready(ctx, "watch"); err != nil {
+	if err := e.ready(ctx, "observe"); err != nil {
 		close(ch)
 		return ch, err
 	}
