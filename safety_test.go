@@ -457,7 +457,7 @@ func TestSafety(t *testing.T) {
 	}
 	assert.Zero(t, violations, "mutual-exclusion violations")
 	assert.Zero(t, tokenViolations, "fencing-token violations")
-	t.Logf("tokens at or below one granted before a node was killed and came back empty (RELIABILITY.md, \"Tokens and data loss\"; not counted above): %d", afterLoss.Load())
+	t.Logf("tokens at or below one granted before a node was killed and came back empty (RELIABILITY.md, \"Tokens and data loss\"; not counted above): %d; terms so: %d", afterLoss.Load(), el.afterLoss.Load())
 	assert.Greater(t, fencedSections, target/4, "fenced critical sections")
 	assert.GreaterOrEqual(t, total.Load(), int64(target))
 	assert.Zero(t, overlaps, "leader overlaps (two leaders of one election at once)")
