@@ -447,8 +447,13 @@ func TestTermExtensionsKeepTheRecord(t *testing.T) {
 	require.NoError(t, err)
 	rec := "redlock:leader:{redlock:election:heal}:redlock:election:heal"
 	counter := redlock.FenceKey(electionKey("heal"))
-	want := f.Peek[0].Get(ctx, rec).Val()
-	require.NotEmpty(t, want)
+	// The record's write returns at a quorum: node 0's may land a moment
+	// later (CI's Go 1.24 pass read it empty once).
+	var want string
+	require.Eventually(t, func() bool {
+		want = f.Peek[0].Get(ctx, rec).Val()
+		return want != "" && f.Peek[1].Get(ctx, rec).Val() == want
+	}, 5*time.Second, time.Millisecond, "the term's record on nodes 0 and 1")
 	for _, i := range []int{0, 1} {
 		require.NoError(t, f.Peek[i].Del(ctx, rec, counter).Err())
 	}
