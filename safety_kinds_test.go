@@ -350,11 +350,17 @@ func TestSafetyKinds(t *testing.T) {
 	assert.NotZero(t, all.fenced, "hand-over workers' fenced sections")
 	assert.NotZero(t, all.fair, "hand-over workers' sections of the fair queue")
 	if *safetyKindRounds > 0 {
+		// Every phase runs sections; hand-overs are coverage, not a
+		// promise: a phase whose faults fail most attempts may hand none
+		// over (CI's -race pass drew 13 sections and 0 hand-overs with a
+		// node stopped half the time), so they are counted over the phases.
+		handed := 0
 		for i, p := range handOverPhases {
 			hs := hw.stats[len(schedule)+i]
 			assert.NotZero(t, hs.sections, "sections in phase %q", p.name)
-			assert.NotZero(t, hs.handedOver, "Releases that handed over in phase %q", p.name)
+			handed += hs.handedOver
 		}
+		assert.NotZero(t, handed, "Releases that handed over in the hand-over phases")
 		assert.NotZero(t, own.received, "grants received by a hand-over in the hand-over phases")
 		assert.NotZero(t, own.ghosts, "ghost waiters put first in the queues")
 	}
