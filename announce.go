@@ -23,7 +23,9 @@ import (
 // with sharded pub/sub instead (SPUBLISH, Redis 7+), each on a channel in its
 // resource's hash slot: ReleasedChannel + ":{" + the resource's hash tag (or
 // whole name) + "}", so that an announcement stays on the resource's shard
-// rather than crossing the whole cluster bus.
+// rather than crossing the whole cluster bus. A Redis 6.2 Cluster has no
+// sharded pub/sub: its releases are not announced, and its waiters wait
+// their retry delay (after one refused subscription, none is asked again).
 const ReleasedChannel = script.ReleasedChannel
 
 // shardedPrefix starts the sharded announcement channel of each resource on

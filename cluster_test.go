@@ -49,6 +49,7 @@ func TestClusterClientAsOneNode(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), "CROSSSLOT"), "the node's answer is in the error: %v", err)
 
 	// A waiter in another Redlock is woken by the release.
+	redistest.ByDesign(t, 7, 0, "sharded pub/sub (SSUBSCRIBE)")
 	other, _ := clusterRedlock(t, nodes, nil)
 	got := make(chan error, 1)
 	var at time.Time
@@ -86,6 +87,7 @@ func TestClusterClientAsOneNode(t *testing.T) {
 // a Cluster copies to every node), and each resource's subscription ends
 // when its last waiter leaves.
 func TestClusterShardedWake(t *testing.T) {
+	redistest.ByDesign(t, 7, 0, "sharded pub/sub (SSUBSCRIBE)")
 	nodes := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	holder, cc := clusterRedlock(t, nodes, nil)

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-redlock/redlock/internal/lane"
-	"github.com/go-redlock/redlock/internal/script"
 )
 
 // Sentinel errors that callers branch on with [errors.Is].
@@ -326,68 +323,4 @@ func tally(op Op, st ExecutionStats, held int) string {
 		return fmt.Sprintf("a quorum voted for only after the lock's validity had passed (%d of %d nodes)", len(st.VotesFor), n)
 	}
 	return fmt.Sprintf("no quorum: %d of %d nodes voted for, %d needed", len(st.VotesFor), n, q)
-}
-
-// A refusal is a node's error reply that retrying cannot change: the
-// client's configuration, the server's, or the request itself is wrong.
-type refusal struct {
-	prefix   string // the reply's first word or words
-	what     string // what to do about it
-	badInput bool   // the caller's request: matches ErrInvalidArgument
-}
-
-// aclRemedy is what to do about an ACL that forbids what a lock runs.
-const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys (and, with WithFencing, " +
-	"GET and SET on its counters, " + script.FencePrefix + "*)"
-
-// refusals are the error replies that end a call at once when they keep it
-// from a quorum. Replies that a failover, a restart or time can change
-// (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY, OOM, MISCONF,
-// max clients) are retried, as are network errors.
-var refusals = []refusal{
-	{prefix: "NOAUTH", what: "the node requires a password: set Password (and Username, for an ACL user) in the client's options"},
-	{prefix: "WRONGPASS", what: "the client's Username or Password is wrong for this node, or the user is disabled"},
-	{prefix: "NOPERM", what: aclRemedy},
-	{prefix: "ERR The user executing the script can't run this command", what: aclRemedy},
-	{prefix: "WRONGTYPE", what: "a resource (or, with WithFencing, its counter " + script.FencePrefix + "{...}:resource) names a key that holds other data: " +
-		"give locks keys of their own (a prefix such as \"lock:\")"},
-	{prefix: script.ExhaustedCounter, what: "the counter reached 2^53-1, the largest token redlock can draw (Lua's numbers are doubles): " +
-		"the protected resource must be moved to a new resource name"},
-	{prefix: script.BadCounter, what: "that key is a fencing counter's name (WithFencing) but holds something else: give locks keys of their own, " +
-		"and never write to " + script.FencePrefix + "* keys"},
-	{prefix: script.MixedKinds, badInput: true, what: "every user of a resource must take the same kind of lock: the same WithPermits(n), " +
-		"or WithShared(true) and the exclusive lock, never a semaphore and a shared lock"},
-	{prefix: "CROSSSLOT", badInput: true, what: "on a Redis Cluster the resources of one lock must be in one hash slot: " +
-		"give them a common hash tag, such as \"{orders}:1\" and \"{orders}:2\""},
-	{prefix: "ERR unknown command 'WAITAOF'", what: "WithAOFAck needs WAITAOF, which Redis 7.2 added: upgrade the node, " +
-		"or wait for replicas with WithReplicaAck (WAIT)"},
-	{prefix: "ERR unknown command", what: "the node does not run Lua scripts (EVALSHA or EVAL renamed or disabled), which redlock needs"},
-	{prefix: "DENIED", what: "the node refuses remote clients (protected mode): set a password or bind it to the clients' network"},
-}
-
-// refused returns the refusal that err is, or nil.
-func refused(err error) *refusal {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return nil
-	}
-	msg := re.Error()
-	for i := range refusals {
-		if strings.HasPrefix(msg, refusals[i].prefix) {
-			return &refusals[i]
-		}
-	}
-	return nil
-}
-
-// refusalError ends a call that count of n nodes refused, ne first.
-func refusalError(ne *NodeError, count, n int, against []*NodeError) *ExecutionError {
-	rf := refused(ne.Err)
-	e := &ExecutionError{refusal: ne, against: against,
-		reason: fmt.Sprintf("refused by %d of %d nodes, which retrying cannot fix: %s answered %q: %s", count, n, ne.node(), ne.Err.Error(), rf.what)}
-	if rf.badInput {
-		e.sentinel = ErrInvalidArgument
-	}
-	return e
 }

@@ -106,8 +106,14 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 // WithAOFAck is [WithReplicaAck] with WAITAOF (Redis 7.2 and later): the
 // write must be in the append-only file of at least replicas replicas, and,
 // with local, of the node itself (which then needs appendonly yes). On a
-// node older than 7.2 every such vote is a refusal that says so, and the
-// call ends: it never passes for a wait that was not made. local false and
+// node older than 7.2 every such vote is a refusal that names the node's
+// server and version ("the node runs Redis 6.2.9, and WithAOFAck needs
+// WAITAOF ..."), and the call ends: it never passes for a wait that was not
+// made. A replica tells its primary of a write it wrote to its file after
+// answering the primary's request for acknowledgements only at its next
+// report, once a second: a wait under 1s can then fall short though the
+// replica has the write (4 of 100 waits of 100ms on Redis 7.2.6); give it
+// a second or more, with a node timeout above twice that. local false and
 // replicas 0 turns it off. Default: off.
 func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {

@@ -372,10 +372,15 @@ func miniClient(t *testing.T) []redis.UniversalClient {
 
 // On a Redis Cluster, Inspect and ForceRelease reach every kind's keys in
 // the resource's slot, and a force release is announced on the resource's
-// sharded channel.
+// sharded channel (Redis 7.0 and later: on 6.2 the waiter waits its retry
+// delay, by design).
 func TestOperatorOnACluster(t *testing.T) {
 	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithIdentity(job))
 	ctx := context.Background()
+	sharded := redistest.Version(t).AtLeast(7, 0)
+	if !sharded {
+		t.Logf("by design: %s has no sharded pub/sub; the waiter waits its retry delay", redistest.Version(t))
+	}
 	for _, name := range []string{"plain", "{tag}x", "odd}name"} {
 		_, err := f.rl.Acquire(ctx, []string{name}, time.Hour)
 		require.NoError(t, err, name)
@@ -395,12 +400,14 @@ func TestOperatorOnACluster(t *testing.T) {
 		require.Eventually(t, func() bool { // queued, and subscribed on the resource's shard
 			ch := redlock.ShardedChannel(name)
 			m, err := f.Cluster.MasterForKey(ctx, ch)
-			return redlock.QueuedWaiters(f.rl, []string{name}) == 1 && err == nil && m.PubSubShardNumSub(ctx, ch).Val()[ch] >= 1
+			return redlock.QueuedWaiters(f.rl, []string{name}) == 1 && (!sharded || err == nil && m.PubSubShardNumSub(ctx, ch).Val()[ch] >= 1)
 		}, 10*time.Second, time.Millisecond, name)
 		require.NoError(t, f.rl.ForceRelease(ctx, name), name)
 		select {
 		case d := <-got:
-			assert.Less(t, d, 4*time.Second, "%s: woken by the sharded announcement", name)
+			if sharded {
+				assert.Less(t, d, 4*time.Second, "%s: woken by the sharded announcement", name)
+			}
 		case <-time.After(15 * time.Second):
 			t.Fatalf("%s: the waiter did not get the lock", name)
 		}

@@ -319,6 +319,23 @@ func TestRefusalClasses(t *testing.T) {
 	}
 }
 
+// Redis 6.2 wraps the error a script's command raised in words of its own;
+// the refusal inside is still one (the matrix's 6.2 run retried an ACL
+// refusal and a WRONGTYPE for all 11 attempts).
+func TestScriptErrorsOfRedis62(t *testing.T) {
+	for msg, want := range map[string]string{
+		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: @user_script: 4: The user executing the script can't run this command or subcommand": "ERR The user executing the script can't run this command or subcommand",
+		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: WRONGTYPE Operation against a key holding the wrong kind of value":                   "WRONGTYPE Operation against a key holding the wrong kind of value",
+		"WRONGTYPE Operation against a key holding the wrong kind of value":                                                                                      "WRONGTYPE Operation against a key holding the wrong kind of value",
+		"ERR ACL failure in script: User noset has no permissions to run the 'get' command script: e17e632e2ec9125e0ecf09d7a37a0c467ff441cf, on @user_script:4.": "ERR ACL failure in script: User noset has no permissions to run the 'get' command script: e17e632e2ec9125e0ecf09d7a37a0c467ff441cf, on @user_script:4.",
+	} {
+		assert.Equal(t, want, scriptError(msg))
+		assert.NotNil(t, refused(replyErr(msg)), msg)
+	}
+	assert.Nil(t, refused(replyErr("ERR Error running script (call to f_e17e): @user_script:4: READONLY You can't write against a read only replica.")),
+		"a wrapped reply that a failover can change is retried")
+}
+
 // A fenced script's answer: {applied, highest counter} for the acquire, a
 // count of resources (half its KEYS) for the write-back; anything else is
 // an unexpected result, never a vote for.

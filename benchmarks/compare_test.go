@@ -47,9 +47,10 @@ const (
 	wPar       = "par"       // 16 goroutines, distinct keys
 	wContended = "contended" // 8 goroutines of one process, one key
 	wCross     = "cross"     // 4 processes × 2 goroutines, one key
+	wInterop   = "interop"   // the same, 2 processes of redlock and 2 of node-redlock on one key
 )
 
-var workloadNames = []string{wSeq, wSlow, wPar, wContended, wCross}
+var workloadNames = []string{wSeq, wSlow, wPar, wContended, wCross, wInterop}
 
 // inProcess is the workloads of the first table.
 const inProcess = wSeq + "," + wSlow + "," + wPar + "," + wContended
@@ -192,6 +193,11 @@ func TestCompare(t *testing.T) {
 			c := crossNode(t, addrs)
 			crossRows = append(crossRows, crossRow{nodeName, c})
 			t.Logf("%s, cross-process: %+v", nodeName, c)
+		}
+		if workloadSelected(wInterop) && selected("redlock") && nodeInstalled(t) {
+			c := crossMixed(t, addrs)
+			crossRows = append(crossRows, crossRow{interopName, c})
+			t.Logf("%s, cross-process: %+v", interopName, c)
 		}
 	}
 	var table string

@@ -68,11 +68,12 @@ type grant struct {
 // cross is the figures of one cross-process run.
 type cross struct {
 	Grants     int
-	PerS       float64 // grants/s
-	Busy       float64 // %: the time some process held the lock, over the run's
-	Overtakes  int     // grants that overtook an earlier waiter
-	WaitP99    float64 // ms, granted − start
-	Violations int     // grants that overlap an earlier holder's
+	PerS       float64         // grants/s
+	Busy       float64         // %: the time some process held the lock, over the run's
+	Overtakes  int             // grants that overtook an earlier waiter
+	WaitP99    float64         // ms, granted − start
+	Violations int             // grants that overlap an earlier holder's
+	PerProc    [crossProcs]int // grants of each process
 }
 
 // crossRow is one line of the second table.
@@ -190,6 +191,34 @@ func crossNode(t *testing.T, addrs []string) cross {
 	})
 }
 
+// interopName is the row of the interop workload.
+const interopName = "redlock and " + nodeName + ", 2 processes each"
+
+// crossMixed runs the cross-process workload with redlock's children and
+// node-redlock's taking turns on one key (even processes redlock's, odd
+// node-redlock's): the grants must never overlap, whichever library took
+// them (the violations column).
+func crossMixed(t *testing.T, addrs []string) cross {
+	const key = "cross:interop"
+	return crossRun(t, func(proc int, begin time.Time, out string) *exec.Cmd {
+		var cmd *exec.Cmd
+		if proc%2 == 0 {
+			cmd = exec.Command(os.Args[0], "-test.run=^TestCrossChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envChild+"=1", envLib+"=redlock", envAddrs+"="+strings.Join(addrs, ","), envKey+"="+key)
+		} else {
+			cmd = exec.Command("node", "bench.js")
+			cmd.Dir = "node"
+			cmd.Env = append(os.Environ(), "MODE=cross", "REDIS_ADDRS="+strings.Join(addrs, ","), "KEY="+key)
+		}
+		cmd.Env = append(cmd.Env,
+			envProc+"="+strconv.Itoa(proc), "PROC="+strconv.Itoa(proc),
+			envBegin+"="+strconv.FormatInt(begin.UnixNano(), 10), "BEGIN_NS="+strconv.FormatInt(begin.UnixNano(), 10),
+			envDuration+"="+duration.String(), fmt.Sprintf("DURATION_MS=%d", duration.Milliseconds()),
+			envOut+"="+out, "OUT="+out)
+		return cmd
+	})
+}
+
 // crossRun starts crossProcs children made by child, all to begin at one
 // time, waits for them, and measures the grants they wrote.
 func crossRun(t *testing.T, child func(proc int, begin time.Time, out string) *exec.Cmd) cross {
@@ -236,6 +265,11 @@ func measure(grants []grant) cross {
 	c := cross{Grants: len(grants)}
 	if len(grants) == 0 {
 		return c
+	}
+	for _, g := range grants {
+		if g.Proc >= 0 && g.Proc < crossProcs {
+			c.PerProc[g.Proc]++
+		}
 	}
 	// The run lasts from the first wait to the last release.
 	first, last := grants[0].Start, grants[0].Released
@@ -325,19 +359,19 @@ func TestMeasure(t *testing.T) {
 	}{{
 		name:   "in turn",
 		grants: []grant{g(0, 0, 0, 1), g(1, 0.5, 1, 2), g(2, 1, 2, 3), g(3, 1.5, 3, 4)},
-		want:   cross{Grants: 4, PerS: 1000, Busy: 100, WaitP99: 1.5},
+		want:   cross{Grants: 4, PerS: 1000, Busy: 100, WaitP99: 1.5, PerProc: [crossProcs]int{1, 1, 1, 1}},
 	}, {
 		// 2 got the lock while 1 and 3, which began waiting 2 and 1.5ms
 		// earlier, still waited: one grant that overtook. 3 began within
 		// the margin after 1, so its grant overtook no one.
 		name:   "overtaken",
 		grants: []grant{g(0, 0, 0, 1), g(1, 0, 4, 5), g(2, 2, 2, 3), g(3, 0.5, 3, 4)},
-		want:   cross{Grants: 4, PerS: 800, Busy: 80, Overtakes: 1, WaitP99: 4},
+		want:   cross{Grants: 4, PerS: 800, Busy: 80, Overtakes: 1, WaitP99: 4, PerProc: [crossProcs]int{1, 1, 1, 1}},
 	}, {
 		// 1 and 2 came in while 0 held; overlapping holds count twice.
 		name:   "overlap",
 		grants: []grant{g(0, 0, 0, 3), g(1, 0, 1, 2), g(2, 0, 2.5, 4)},
-		want:   cross{Grants: 3, PerS: 750, Busy: 137.5, Violations: 2, WaitP99: 2.5},
+		want:   cross{Grants: 3, PerS: 750, Busy: 137.5, Violations: 2, WaitP99: 2.5, PerProc: [crossProcs]int{1, 1, 1, 0}},
 	}}
 	for _, tt := range tests {
 		if got := measure(tt.grants); got != tt.want {

@@ -105,5 +105,6 @@ func TestAcknowledgementsAreRefused(t *testing.T) {
 
 	_, err = rl.Acquire(ctx, []string{"r"}, time.Second, redlock.WithAOFAck(false, 1, 10*time.Millisecond), redlock.WithRetryCount(0))
 	require.Error(t, err, "WithAOFAck(false, 1, ...)")
+	t.Log(err)
 	assert.Contains(t, err.Error(), "WAITAOF")
 }

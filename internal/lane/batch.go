@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,6 +102,85 @@ func readAcks(calls []*Call, wait *redis.Cmd) {
 	}
 }
 
+// UnsupportedError is a node's refusal of a command that its server's
+// version does not have (WAITAOF before Redis 7.2), with the server's name
+// and version as it then said (INFO server).
+type UnsupportedError struct {
+	Command string // "WAITAOF"
+	Server  string // "Redis 6.2.9", "Valkey 8.0.1"; "" when the server did not say
+	Err     error  // the node's reply
+}
+
+func (e *UnsupportedError) Error() string { return e.Err.Error() }
+func (e *UnsupportedError) Unwrap() error { return e.Err }
+
+// explainUnsupported turns the ack errors of calls that say the server
+// does not know command into an *UnsupportedError naming the server's
+// version, which it asks c once (a round trip more, on a call the node
+// refused: no retry can change that answer).
+func explainUnsupported(c Scripter, calls []*Call, command string) {
+	var server string
+	asked := false
+	for _, p := range calls {
+		if p.res.AckErr == nil || !unknownCommand(p.res.AckErr, command) {
+			continue
+		}
+		if !asked {
+			asked = true
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var info *redis.StringCmd
+			_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				info = pipe.Info(ctx, "server")
+				return nil
+			})
+			if v, err := info.Result(); err == nil {
+				server = ServerOf(v)
+			}
+			cancel()
+		}
+		p.res.AckErr = &UnsupportedError{Command: command, Server: server, Err: p.res.AckErr}
+	}
+}
+
+// unknownCommand reports whether err is a server's "unknown command" reply
+// about command: 'WAITAOF' since Redis 7.0, `WAITAOF` before.
+func unknownCommand(err error, command string) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := strings.ToLower(re.Error())
+	c := strings.ToLower(command)
+	return strings.HasPrefix(msg, "err unknown command") &&
+		(strings.Contains(msg, "'"+c+"'") || strings.Contains(msg, "`"+c+"`"))
+}
+
+// ServerOf returns the server's name and version in a reply to INFO
+// server: "Valkey 8.0.1" (whose redis_version says 7.2.4), "Redis 6.2.9",
+// or "" when it says neither.
+func ServerOf(info string) string {
+	var name, redisV, valkeyV string
+	for line := range strings.Lines(info) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "server_name:"); ok {
+			name = v
+		} else if v, ok := strings.CutPrefix(line, "valkey_version:"); ok {
+			valkeyV = v
+		} else if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			redisV = v
+		}
+	}
+	switch {
+	case valkeyV != "":
+		return "Valkey " + valkeyV
+	case name != "" && name != "redis" && redisV != "":
+		return name + " " + redisV
+	case redisV != "":
+		return "Redis " + redisV
+	}
+	return ""
+}
+
 // UnexpectedError is an answer to WAIT that is not a count.
 type UnexpectedError struct{ Reply any }
 
@@ -181,6 +261,9 @@ func runBatch(c Scripter, calls []*Call, ask bool) (id string, answered bool) {
 	}
 	if ack != nil {
 		readAcks(calls, wait)
+		if ack.AOF {
+			explainUnsupported(c, calls, "WAITAOF")
+		}
 	}
 	if info != nil {
 		v, err := info.Result()

@@ -23,13 +23,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Binary is the redis-server executable the nodes run.
-var Binary = "redis-server"
-
-// Require skips t when redis-server is missing, or fails it when CI is set.
+// Require skips t when redis-server is missing, or fails it when CI is set
+// or when $REDISTEST_SERVER_DIR names a server that is not there.
 func Require(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath(Binary); err != nil {
+		if dir := os.Getenv(ServerDirEnv); dir != "" {
+			t.Fatalf("%s=%s holds no redis-server (%v): point it at a directory holding redis-server and redis-cli, or unset it", ServerDirEnv, dir, err)
+		}
 		if os.Getenv("CI") != "" {
 			t.Fatalf("redis-server not found (%v) and CI is set: real-node tests must run", err)
 		}
@@ -72,6 +73,13 @@ func StartNode(tb testing.TB) *Node {
 	return startNode(tb, false)
 }
 
+// StartNodeWith starts one node with more redis-server arguments
+// ("--rename-command", "SSUBSCRIBE", "" for a server without a command).
+func StartNodeWith(tb testing.TB, args ...string) *Node {
+	tb.Helper()
+	return startNodeWith(tb, false, "", args)
+}
+
 func startNode(tb testing.TB, cluster bool) *Node {
 	return startNodeWith(tb, cluster, "", nil)
 }
@@ -89,17 +97,11 @@ func startNodeWith(tb testing.TB, cluster bool, conf string, extra []string) *No
 		if nd.port, err = freePort(); err != nil {
 			continue
 		}
+		nd.extra = nil
 		if cluster {
-			// The bus port is set explicitly: port+10000, the default,
-			// can be past 65535 for a port the kernel picked.
-			bus, berr := freePort()
-			if berr != nil {
-				err = berr
+			if err = nd.clusterArgs(); err != nil {
 				continue
 			}
-			nd.bus = bus
-			nd.extra = []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-				"--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"), "--cluster-node-timeout", "5000"}
 		}
 		nd.extra = append(nd.extra, extra...)
 		if err = nd.start(); err == nil {
@@ -111,6 +113,49 @@ func startNodeWith(tb testing.TB, cluster bool, conf string, extra []string) *No
 	}
 	tb.Cleanup(nd.stop)
 	return nd
+}
+
+// clusterArgs sets the arguments of a Cluster node on nd.port, with a bus
+// port of its own.
+func (nd *Node) clusterArgs() error {
+	nd.extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"),
+		"--cluster-node-timeout", "5000"}
+	s, err := version()
+	if err != nil {
+		return err
+	}
+	if s.AtLeast(7, 0) {
+		// The bus port is set explicitly: port+10000, the default,
+		// can be past 65535 for a port the kernel picked.
+		if nd.bus, err = freePort(); err != nil {
+			return err
+		}
+		nd.extra = append(nd.extra, "--cluster-port", strconv.Itoa(nd.bus))
+		return nil
+	}
+	// Redis 6.2 has no cluster-port: its bus is port+10000, so the node
+	// needs a port below 55536 whose bus port is free too.
+	for range 200 {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		if p+10000 > 65535 || !portFree(p+10000) {
+			continue
+		}
+		nd.port, nd.bus = p, p+10000
+		return nil
+	}
+	return fmt.Errorf("no free port below 55536 with a free port 10000 above it (Redis %d.%d's cluster bus)", s.Major, s.Minor)
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
 }
 
 func freePort() (int, error) {
@@ -264,7 +309,7 @@ func (nd *Node) stop() {
 func StartCluster(tb testing.TB, n int) []*Node {
 	tb.Helper()
 	Require(tb)
-	if _, err := exec.LookPath("redis-cli"); err != nil {
+	if _, err := exec.LookPath(CLI); err != nil {
 		tb.Fatalf("redistest: redis-cli is needed to create a cluster: %v", err)
 	}
 	nodes := make([]*Node, n)
@@ -274,7 +319,7 @@ func StartCluster(tb testing.TB, n int) []*Node {
 		args = append(args, nodes[i].Addr())
 	}
 	args = append(args, "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(CLI, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
 	// Every node must see the cluster as ok: one that does not yet answers

@@ -28,12 +28,13 @@ type ReplicatedCluster struct {
 func StartReplicatedCluster(tb testing.TB, primaries int) *ReplicatedCluster {
 	tb.Helper()
 	Require(tb)
-	if _, err := exec.LookPath("redis-cli"); err != nil {
+	if _, err := exec.LookPath(CLI); err != nil {
 		tb.Fatalf("redistest: redis-cli is needed to create a cluster: %v", err)
 	}
 	c := &ReplicatedCluster{tb: tb}
 	ctx := context.Background()
 	args := []string{"--cluster", "create"}
+	old := !Version(tb).AtLeast(7, 0)
 	for range 2 * primaries {
 		nd := startNode(tb, true)
 		link := NewProxy(tb, nd.Addr())
@@ -47,9 +48,17 @@ func StartReplicatedCluster(tb testing.TB, primaries int) *ReplicatedCluster {
 		}
 		_ = cl.Close()
 		args = append(args, link.Addr())
+		if !old {
+			continue
+		}
+		// Redis 6.2's CLUSTER MEET reaches a node's bus at the port it is
+		// given plus 10000, which is not the link's bus: redis-cli meets
+		// the nodes directly (they still announce their links, so
+		// replication goes through them).
+		args[len(args)-1] = nd.Addr()
 	}
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(CLI, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
 	c.waitWhole(30 * time.Second)
@@ -93,10 +102,11 @@ func (c *ReplicatedCluster) SetReplicationLag(d time.Duration) {
 	}
 }
 
-// index returns the node whose link has port.
+// index returns the node whose link, or which itself, has port (a Cluster
+// that redis-cli met directly, on Redis 6.2, can show a node at its own).
 func (c *ReplicatedCluster) index(port string) int {
 	for i, l := range c.Links {
-		if linkPort(l) == port {
+		if linkPort(l) == port || strconv.Itoa(c.Nodes[i].port) == port {
 			return i
 		}
 	}
@@ -104,31 +114,57 @@ func (c *ReplicatedCluster) index(port string) int {
 }
 
 // roles returns, as node 0 sees the Cluster, the primary that serves slot
-// and its replicas (node indexes).
+// and its replicas in sync (node indexes). It reads CLUSTER NODES, which
+// every server has (CLUSTER SHARDS came with Redis 7.0).
 func (c *ReplicatedCluster) roles(slot int) (primary int, replicas []int) {
+	ctx := context.Background()
 	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr()})
 	defer cl.Close()
-	shards, err := cl.ClusterShards(context.Background()).Result()
+	out, err := cl.ClusterNodes(ctx).Result()
 	if err != nil {
-		c.tb.Fatalf("redistest: CLUSTER SHARDS: %v", err)
+		c.tb.Fatalf("redistest: CLUSTER NODES: %v", err)
 	}
+	type entry struct{ id, port, flags, master string }
+	var all []entry
 	primary = -1
-	for _, sh := range shards {
-		in := false
-		for _, r := range sh.Slots {
-			in = in || int64(slot) >= r.Start && int64(slot) <= r.End
-		}
-		if !in {
+	var primaryID string
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 8 {
 			continue
 		}
-		for _, n := range sh.Nodes {
-			i := c.index(strconv.FormatInt(n.Port, 10))
-			switch {
-			case n.Role == "master":
-				primary = i
-			case n.Health == "online":
-				replicas = append(replicas, i)
+		addr, _, _ := strings.Cut(f[1], "@") // ip:port@cport[,hostname]
+		_, port, _ := net.SplitHostPort(addr)
+		e := entry{id: f[0], port: port, flags: f[2], master: f[3]}
+		all = append(all, e)
+		if !strings.Contains(e.flags, "master") || strings.Contains(e.flags, "fail") {
+			continue
+		}
+		for _, r := range f[8:] {
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
 			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil && slot >= a && slot <= b {
+				primary, primaryID = c.index(port), e.id
+			}
+		}
+	}
+	for _, e := range all {
+		if primaryID == "" || e.master != primaryID || strings.Contains(e.flags, "fail") {
+			continue
+		}
+		i := c.index(e.port)
+		if i < 0 {
+			continue
+		}
+		rc := redis.NewClient(&redis.Options{Addr: c.Nodes[i].Addr()})
+		repl, err := rc.Info(ctx, "replication").Result()
+		_ = rc.Close()
+		if err == nil && strings.Contains(repl, "master_link_status:up") {
+			replicas = append(replicas, i)
 		}
 	}
 	return primary, replicas

@@ -7,6 +7,7 @@ package wake
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +82,11 @@ type Waker struct {
 	keySubs map[string][]*sub   // per resource with waiters: its Cluster subscriptions
 	groups  map[string]*group   // by groupID
 	byKey   map[string][]*group // the groups that wait for a resource
+	// unknown are the nodes that answered a per-key subscription with
+	// "unknown command" (SSUBSCRIBE on a Redis 6.2 Cluster): no per-key
+	// subscription is opened on them again; their waiters wait their
+	// retry delay.
+	unknown map[int]bool
 }
 
 // sub is one subscription and its goroutine.
@@ -304,7 +310,9 @@ func (w *Waker) start() {
 // Called with mu held, after start.
 func (w *Waker) watchKey(key string) {
 	for _, s := range w.nodes.PerKey(key) {
-		w.keySubs[key] = append(w.keySubs[key], w.listen(s, key))
+		if !w.unknown[s.Node] {
+			w.keySubs[key] = append(w.keySubs[key], w.listen(s, key))
+		}
 	}
 }
 
@@ -340,11 +348,21 @@ func (w *Waker) listen(src Source, key string) *sub {
 			}
 			s.ps = ps
 			w.mu.Unlock()
-			w.receive(ctx, ps, src.Node, key, &started)
+			err := w.receive(ctx, ps, src.Node, key, &started)
 			w.mu.Lock()
 			s.ps = nil
+			unknown := key != "" && unknownCommand(err)
+			if unknown {
+				if w.unknown == nil {
+					w.unknown = map[int]bool{}
+				}
+				w.unknown[src.Node] = true
+			}
 			w.mu.Unlock()
 			_ = ps.Close()
+			if unknown {
+				return // the server lacks the command: asking again cannot help
+			}
 			pause(ctx, ResubscribeAfter)
 		}
 	}()
@@ -361,26 +379,27 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// receive dispatches ps's announcements until it fails, is closed, or the
-// node ends the subscription (a Cluster does when the slot moves). A
+// receive dispatches ps's announcements until it fails (returning the
+// error), is closed, or the node ends the subscription (a Cluster does
+// when the slot moves). A
 // confirmation of the subscription after the first (a new one, or
 // go-redis's own after it reconnected) wakes the heads of key's groups
 // ("": every group); started records the first.
-func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string, started *bool) {
+func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string, started *bool) error {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
 		// subscription with an error.
 		msg, err := ps.Receive(ctx)
 		if err != nil {
-			return
+			return err
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
 			w.notify(m.Payload, node)
 		case *redis.Subscription:
 			if m.Count == 0 { // unsubscribed by the node
-				return
+				return nil
 			}
 			if *started {
 				w.pokeHeads(key)
@@ -388,6 +407,13 @@ func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key str
 			*started = true
 		}
 	}
+}
+
+// unknownCommand reports whether err is a server's "unknown command"
+// reply: the server lacks what it was asked (SSUBSCRIBE before Redis 7.0).
+func unknownCommand(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(strings.ToLower(re.Error()), "err unknown command")
 }
 
 // closeAll closes subscriptions whose contexts are cancelled: that does not

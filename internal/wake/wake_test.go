@@ -147,6 +147,44 @@ func (p *perKey) PerKey(key string) []Source {
 	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return p.c.Subscribe(ctx, ch) }}}
 }
 
+// A server that answers a per-key subscription with "unknown command" (a
+// Redis 6.2 Cluster has no SSUBSCRIBE) is not asked again, by that key's
+// subscription (which would retry each ResubscribeAfter) or by another
+// key's: its waiters wait their retry delay. Before, every key with waiters
+// opened a connection each second that the server refused.
+func TestUnknownSubscriptionIsNotAskedAgain(t *testing.T) {
+	srv := redistest.StartNodeWith(t, "--rename-command", "SSUBSCRIBE", "").Client()
+	var opened atomic.Int32
+	k := &sharded{c: srv, opened: &opened}
+	w := New(k, 4, "~")
+	a := w.Join([]string{"a"}, false, nil, "")
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.unknown[0]
+	}, 5*time.Second, 5*time.Millisecond, "the refusal is recorded")
+	b := w.Join([]string{"b"}, false, nil, "")
+	time.Sleep(2 * ResubscribeAfter) // what a retrying subscription would have used
+	assert.Equal(t, int32(1), opened.Load(), "subscriptions opened: the refused one only")
+	w.Leave(a, false)
+	w.Leave(b, false)
+	subs, _ := w.Close()
+	<-subs.Wait()
+}
+
+type sharded struct {
+	c      *redis.Client
+	opened *atomic.Int32
+}
+
+func (p *sharded) Shared() []Source { return nil }
+func (p *sharded) PerKey(key string) []Source {
+	return []Source{{Open: func(ctx context.Context) *redis.PubSub {
+		p.opened.Add(1)
+		return p.c.SSubscribe(ctx, "rel:"+key)
+	}}}
+}
+
 // A subscription that starts again after its connection was cut wakes the
 // heads it serves: what the node announced in the gap was not heard. Its
 // first start wakes no one (a waiter's attempts are counted). (A
