@@ -116,9 +116,9 @@ func (e *UnsupportedError) Unwrap() error { return e.Err }
 
 // explainUnsupported turns the ack errors of calls that say the server
 // does not know command into an *UnsupportedError naming the server's
-// version, which it asks c once (a round trip more, on a call the node
-// refused: no retry can change that answer).
-func explainUnsupported(c Scripter, calls []*Call, command string) {
+// version, which it asks c once, waiting up to timeout (the node timeout):
+// a round trip more, on a call the node refused, which no retry can change.
+func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.Duration) {
 	var server string
 	asked := false
 	for _, p := range calls {
@@ -127,7 +127,7 @@ func explainUnsupported(c Scripter, calls []*Call, command string) {
 		}
 		if !asked {
 			asked = true
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			var info *redis.StringCmd
 			_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 				info = pipe.Info(ctx, "server")
@@ -218,7 +218,7 @@ func (l *Lane) via(calls []*Call) Scripter {
 // With ask, the pipeline starts with INFO server, and runBatch returns the
 // server's run_id (see identity.go; "" when INFO was refused, an ACL that
 // forbids it), and whether the server answered the question.
-func runBatch(c Scripter, calls []*Call, ask bool) (id string, answered bool) {
+func runBatch(c Scripter, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
 	ctx := context.Background()
 	eval := func(s evaler, p *Call) *redis.Cmd {
 		if p.src {
@@ -262,7 +262,7 @@ func runBatch(c Scripter, calls []*Call, ask bool) (id string, answered bool) {
 	if ack != nil {
 		readAcks(calls, wait)
 		if ack.AOF {
-			explainUnsupported(c, calls, "WAITAOF")
+			explainUnsupported(c, calls, "WAITAOF", timeout)
 		}
 	}
 	if info != nil {

@@ -220,7 +220,7 @@ func (l *Lane) send(batch []*Call) bool {
 			for _, c := range again {
 				c.src = true
 			}
-			_, _ = runBatch(l.via(again), again, false)
+			_, _ = runBatch(l.via(again), again, false, l.base)
 		}
 		for i, c := range again {
 			c.res.First = &first[i]
@@ -415,7 +415,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	})
 	ask := how == bySHA && l.node.asking()
 	l.choose(calls, how)
-	if id, answered := runBatch(l.via(calls), calls, ask); answered {
+	if id, answered := runBatch(l.via(calls), calls, ask, l.base); answered {
 		l.node.servers.identified(l.node, id)
 	}
 	l.learn(calls, time.Since(sent))
