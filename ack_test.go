@@ -167,7 +167,7 @@ func TestReplicaAckFallsShort(t *testing.T) {
 	if server := redistest.Version(t); !server.AtLeast(7, 2) {
 		// The error names the server's version and what it needs:
 		// Redis 6.2's reply quotes the command `WAITAOF`, 7.0's 'WAITAOF'.
-		assert.Contains(t, err.Error(), "the node runs "+server.String()+", and WithAOFAck needs WAITAOF, which Redis 7.2 and Valkey 7.2 added")
+		assert.Contains(t, err.Error(), "the node ("+server.String()+") lacks WAITAOF, which WithAOFAck needs and Redis 7.2 and Valkey 7.2 added")
 		assert.Contains(t, err.Error(), "retrying cannot fix")
 		assert.NotContains(t, err.Error(), "Lua", "an unknown WAITAOF is not a server without scripts")
 	} else {
@@ -181,6 +181,41 @@ func TestReplicaAckFallsShort(t *testing.T) {
 		_, err := f.rl.Acquire(context.Background(), []string{"x"}, time.Second, o)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "WithReplicaAck")
+	}
+}
+
+// A node with WAIT (or, on a server that has it, WAITAOF) renamed away is
+// refused, saying so: before, it read "the node does not run Lua scripts",
+// and a WAITAOF renamed on Redis 7.2 was told to upgrade to 7.2.
+func TestAcknowledgementCommandDisabled(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		command string
+		option  redlock.Option
+		name    string
+	}{
+		{"WAIT", redlock.WithReplicaAck(1, 40*time.Millisecond), "WithReplicaAck"},
+		{"WAITAOF", redlock.WithAOFAck(false, 1, 40*time.Millisecond), "WithAOFAck"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.command, func(t *testing.T) {
+			server := redistest.Version(t)
+			if tc.command == "WAITAOF" && !server.AtLeast(7, 2) {
+				t.Skipf("%s has no WAITAOF to rename (TestReplicaAckFallsShort checks its refusal)", server)
+			}
+			nd := redistest.StartNodeWith(t, "--rename-command", tc.command, "")
+			f := newFixture(t, redistest.Setup{On: []*redistest.Node{nd}}, redlock.WithNodeTimeout(500*time.Millisecond))
+			_, err := f.rl.Acquire(ctx, []string{"disabled"}, time.Second, tc.option)
+			require.Error(t, err)
+			t.Log(err)
+			assert.Contains(t, err.Error(), "the node ("+server.String()+") has "+tc.command+" renamed or disabled (rename-command), which "+tc.name+" needs")
+			assert.Contains(t, err.Error(), "retrying cannot fix")
+			assert.NotContains(t, err.Error(), "Lua")
+			var ee *redlock.ExecutionError
+			require.ErrorAs(t, err, &ee)
+			assert.Len(t, ee.Attempts, 1, "ended at once")
+			f.gone(t, 0, "disabled")
+		})
 	}
 }
 

@@ -25,7 +25,8 @@ import (
 // whole name) + "}", so that an announcement stays on the resource's shard
 // rather than crossing the whole cluster bus. A Redis 6.2 Cluster has no
 // sharded pub/sub: its releases are not announced, and its waiters wait
-// their retry delay (after one refused subscription, none is asked again).
+// their retry delay (after one refused subscription, none is asked again
+// for a minute).
 const ReleasedChannel = script.ReleasedChannel
 
 // shardedPrefix starts the sharded announcement channel of each resource on

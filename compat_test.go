@@ -332,7 +332,7 @@ func checkWaitAOF(t *testing.T, want support) {
 	if want == refused {
 		require.Error(t, err)
 		t.Log(err)
-		assert.Contains(t, err.Error(), "the node runs "+redistest.Version(t).String()+", and WithAOFAck needs WAITAOF")
+		assert.Contains(t, err.Error(), "the node ("+redistest.Version(t).String()+") lacks WAITAOF, which WithAOFAck needs")
 		return
 	}
 	require.NoError(t, err)

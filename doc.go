@@ -97,6 +97,9 @@
 //     unless the vote waits for replicas ([WithReplicaAck]).
 //   - On a Cluster, the resources of one lock must share a hash slot (a hash
 //     tag such as "{orders}:1"); a [redis.Ring] is refused.
+//   - Servers: tested on Redis 6.2, 7.0 and 7.2 and Valkey 8.0 (README's
+//     table). On a Redis 6.2 Cluster waiters wake at their retry delay (no
+//     sharded pub/sub); [WithAOFAck] needs Redis 7.2 or Valkey.
 //
 // # Concurrency
 //

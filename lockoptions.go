@@ -107,8 +107,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 // write must be in the append-only file of at least replicas replicas, and,
 // with local, of the node itself (which then needs appendonly yes). On a
 // node older than 7.2 every such vote is a refusal that names the node's
-// server and version ("the node runs Redis 6.2.9, and WithAOFAck needs
-// WAITAOF ..."), and the call ends: it never passes for a wait that was not
+// server and version ("the node (Redis 6.2.9) lacks WAITAOF, which
+// WithAOFAck needs ..."), and the call ends: it never passes for a wait that was not
 // made. A replica tells its primary of a write it wrote to its file after
 // answering the primary's request for acknowledgements only at its next
 // report, once a second: a wait under 1s can then fall short though the

@@ -19,10 +19,13 @@ type refusal struct {
 	badInput bool   // the caller's request: matches ErrInvalidArgument
 }
 
-// aclRemedy is what to do about an ACL that forbids what a lock runs.
-const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL, and from the scripts " +
-	"EXISTS, SET, GET, PEXPIRE, DEL and PUBLISH (SPUBLISH on a Cluster) on the lock's keys (and, with WithFencing, " +
-	"GET and SET on its counters, " + script.FencePrefix + "*)"
+// aclRemedy is what to do about an ACL that forbids what a lock runs (the
+// commands the scripts call; PUBLISH and SPUBLISH are called so that a
+// refusal only costs the waiters their wake-up).
+const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL; from the scripts GET, SET, DEL, " +
+	"PTTL, PEXPIRE and TIME on the lock's keys, and ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE, ZSCORE and ZCOUNT " +
+	"on its redlock:* keys (fencing counters " + script.FencePrefix + "*, semaphores, shared locks, fair queues, elections); " +
+	"WAIT with WithReplicaAck, WAITAOF with WithAOFAck. Allow PUBLISH (SPUBLISH on a Cluster) too, or waiters wake only at their retry delay"
 
 // refusals are the error replies that end a call at once when they keep it
 // from a quorum. Replies that a failover, a restart or time can change
@@ -52,12 +55,7 @@ var refusals = []refusal{
 func refused(err error) *refusal {
 	var ue *lane.UnsupportedError
 	if errors.As(err, &ue) {
-		what := "the node's server (which did not say its version) lacks WAITAOF"
-		if ue.Server != "" {
-			what = "the node runs " + ue.Server
-		}
-		return &refusal{prefix: "ERR unknown command", what: what + ", and WithAOFAck needs WAITAOF, " +
-			"which Redis 7.2 and Valkey 7.2 added: upgrade the node, or wait for replicas with WithReplicaAck (WAIT)"}
+		return &refusal{prefix: "ERR unknown command", what: unsupported(ue)}
 	}
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -70,6 +68,25 @@ func refused(err error) *refusal {
 		}
 	}
 	return nil
+}
+
+// unsupported says what to do about a node that does not know the command
+// that WithReplicaAck (WAIT) or WithAOFAck (WAITAOF) sends.
+func unsupported(ue *lane.UnsupportedError) string {
+	server := "the node's server (which did not say its version)"
+	if ue.Server != "" {
+		server = "the node (" + ue.Server + ")"
+	}
+	option := "WithReplicaAck"
+	if ue.Command == "WAITAOF" {
+		option = "WithAOFAck"
+	}
+	if ue.Disabled {
+		return fmt.Sprintf("%s has %s renamed or disabled (rename-command), which %s needs: "+
+			"allow it on the node, or do without %s", server, ue.Command, option, option)
+	}
+	return fmt.Sprintf("%s lacks %s, which %s needs and Redis 7.2 and Valkey 7.2 added: "+
+		"upgrade the node, or wait for replicas with WithReplicaAck (WAIT)", server, ue.Command, option)
 }
 
 // scriptError returns the error a script's command raised, without the

@@ -106,9 +106,13 @@ func readAcks(calls []*Call, wait *redis.Cmd) {
 // version does not have (WAITAOF before Redis 7.2), with the server's name
 // and version as it then said (INFO server).
 type UnsupportedError struct {
-	Command string // "WAITAOF"
+	Command string // "WAIT" or "WAITAOF"
 	Server  string // "Redis 6.2.9", "Valkey 8.0.1"; "" when the server did not say
-	Err     error  // the node's reply
+	// Disabled: the server's version has the command, so it was renamed
+	// away (rename-command). Every server has WAIT; WAITAOF came with
+	// Redis 7.2, and every Valkey has it.
+	Disabled bool
+	Err      error // the node's reply
 }
 
 func (e *UnsupportedError) Error() string { return e.Err.Error() }
@@ -138,8 +142,25 @@ func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.
 			}
 			cancel()
 		}
-		p.res.AckErr = &UnsupportedError{Command: command, Server: server, Err: p.res.AckErr}
+		p.res.AckErr = &UnsupportedError{Command: command, Server: server, Disabled: command == "WAIT" || has72(server), Err: p.res.AckErr}
 	}
+}
+
+// has72 reports whether server (as ServerOf says it) is Valkey, or Redis
+// 7.2 or later.
+func has72(server string) bool {
+	if strings.HasPrefix(server, "Valkey ") {
+		return true
+	}
+	v, ok := strings.CutPrefix(server, "Redis ")
+	if !ok {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 7 || major == 7 && minor >= 2
 }
 
 // unknownCommand reports whether err is a server's "unknown command" reply
@@ -261,9 +282,11 @@ func runBatch(c Scripter, calls []*Call, ask bool, timeout time.Duration) (id st
 	}
 	if ack != nil {
 		readAcks(calls, wait)
+		cmd := "WAIT"
 		if ack.AOF {
-			explainUnsupported(c, calls, "WAITAOF", timeout)
+			cmd = "WAITAOF"
 		}
+		explainUnsupported(c, calls, cmd, timeout)
 	}
 	if info != nil {
 		v, err := info.Result()

@@ -24,6 +24,12 @@ import (
 // waiters fall back to their retry delay.
 const ResubscribeAfter = time.Second
 
+// unknownRetry is how long a node that did not know a per-key subscription's
+// command is not asked again: a Cluster upgraded in place to Redis 7 gets
+// its wake-ups back within it, at the cost of one refused subscription per
+// node and period while it runs 6.2.
+var unknownRetry = time.Minute
+
 // Source is one subscription to open: Open subscribes (on a node's client),
 // and Sick, when set, reports that the node looks silent, so that no
 // goroutine parks in a client connecting to it.
@@ -83,10 +89,10 @@ type Waker struct {
 	groups  map[string]*group   // by groupID
 	byKey   map[string][]*group // the groups that wait for a resource
 	// unknown are the nodes that answered a per-key subscription with
-	// "unknown command" (SSUBSCRIBE on a Redis 6.2 Cluster): no per-key
-	// subscription is opened on them again; their waiters wait their
-	// retry delay.
-	unknown map[int]bool
+	// "unknown command" (SSUBSCRIBE on a Redis 6.2 Cluster), and when: no
+	// per-key subscription is opened on them for unknownRetry; their
+	// waiters wait their retry delay.
+	unknown map[int]time.Time
 }
 
 // sub is one subscription and its goroutine.
@@ -310,7 +316,7 @@ func (w *Waker) start() {
 // Called with mu held, after start.
 func (w *Waker) watchKey(key string) {
 	for _, s := range w.nodes.PerKey(key) {
-		if !w.unknown[s.Node] {
+		if at, ok := w.unknown[s.Node]; !ok || time.Since(at) >= unknownRetry {
 			w.keySubs[key] = append(w.keySubs[key], w.listen(s, key))
 		}
 	}
@@ -354,9 +360,9 @@ func (w *Waker) listen(src Source, key string) *sub {
 			unknown := key != "" && unknownCommand(err)
 			if unknown {
 				if w.unknown == nil {
-					w.unknown = map[int]bool{}
+					w.unknown = map[int]time.Time{}
 				}
-				w.unknown[src.Node] = true
+				w.unknown[src.Node] = time.Now()
 			}
 			w.mu.Unlock()
 			_ = ps.Close()

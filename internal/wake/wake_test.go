@@ -165,13 +165,23 @@ func TestUnknownSubscriptionIsNotAskedAgain(t *testing.T) {
 	require.Eventually(t, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.unknown[0]
+		_, ok := w.unknown[0]
+		return ok
 	}, 5*time.Second, 5*time.Millisecond, "the refusal is recorded")
 	b := w.Join([]string{"b"}, false, nil, "")
 	time.Sleep(2 * ResubscribeAfter) // what a retrying subscription would have used
 	assert.Equal(t, int32(1), opened.Load(), "subscriptions opened: the refused one only")
 	w.Leave(a, false)
 	w.Leave(b, false)
+
+	// After unknownRetry (a Cluster upgraded in place) the next key's
+	// first waiter asks again.
+	w.mu.Lock()
+	w.unknown[0] = time.Now().Add(-unknownRetry)
+	w.mu.Unlock()
+	c := w.Join([]string{"c"}, false, nil, "")
+	require.Eventually(t, func() bool { return opened.Load() == 2 }, 5*time.Second, 5*time.Millisecond, "asked again")
+	w.Leave(c, false)
 	subs, _ := w.Close()
 	<-subs.Wait()
 }
