@@ -52,6 +52,11 @@ const (
 	envBegin    = "BENCH_BEGIN"    // UnixNano when the waiters start
 	envDuration = "BENCH_DURATION" // how long they start new waits, a time.Duration
 	envOut      = "BENCH_OUT"      // the file the grants are written to
+	// envInterop is "1" in a redlock child of the interop workload: a wait
+	// that outlasts its context ends that goroutine's run without failing
+	// the child (node-redlock's waiters can hold the key on a minority of
+	// nodes for a ttl; see crossMixed).
+	envInterop = "BENCH_INTEROP"
 )
 
 // grant is one acquisition in a cross-process run, one JSON line in a
@@ -127,6 +132,10 @@ func TestCrossChild(t *testing.T) {
 				start := time.Now()
 				unlock, err := l.Lock(ctx, key, ttl, true)
 				cancel()
+				if err != nil && os.Getenv(envInterop) == "1" {
+					t.Logf("%s: gave up waiting: %v", key, err)
+					return
+				}
 				if err != nil {
 					t.Errorf("%s: lock: %v", key, err)
 					return
@@ -197,14 +206,18 @@ const interopName = "redlock and " + nodeName + ", 2 processes each"
 // crossMixed runs the cross-process workload with redlock's children and
 // node-redlock's taking turns on one key (even processes redlock's, odd
 // node-redlock's): the grants must never overlap, whichever library took
-// them (the violations column).
+// them (the violations column). node-redlock 5 keeps a failed attempt's
+// writes between its retries (its self-blocking, research node-redlock.md
+// §4.6), so its waiters can hold the key on a minority of nodes until the
+// ttl ends: no one gets a quorum meanwhile, and a redlock waiter may give
+// up at its context's end (counted by its absence, not an error).
 func crossMixed(t *testing.T, addrs []string) cross {
 	const key = "cross:interop"
 	return crossRun(t, func(proc int, begin time.Time, out string) *exec.Cmd {
 		var cmd *exec.Cmd
 		if proc%2 == 0 {
 			cmd = exec.Command(os.Args[0], "-test.run=^TestCrossChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envChild+"=1", envLib+"=redlock", envAddrs+"="+strings.Join(addrs, ","), envKey+"="+key)
+			cmd.Env = append(os.Environ(), envChild+"=1", envLib+"=redlock", envAddrs+"="+strings.Join(addrs, ","), envKey+"="+key, envInterop+"=1")
 		} else {
 			cmd = exec.Command("node", "bench.js")
 			cmd.Dir = "node"
