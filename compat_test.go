@@ -390,6 +390,7 @@ func checkFair(t *testing.T, _ support) {
 	key := "compat:fair"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
+	settled(t, f, key, l.Value()) // on every node before a waiter comes: the call returned at a quorum
 	const n = 2
 	order := make(chan int, n)
 	locks := make(chan *redlock.Lock, n)

@@ -324,6 +324,7 @@ func TestFairSplitEnds(t *testing.T) {
 	key := "split"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
+	settled(t, f, key, l.Value()) // on every node before a waiter comes: the call returned at a quorum
 	got := make(chan acquired, 3)
 	for i := range 3 {
 		w, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))

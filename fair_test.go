@@ -42,6 +42,7 @@ func TestFairQueueOrder(t *testing.T) {
 	key := "fifo"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
+	settled(t, f, key, l.Value()) // on every node before a waiter comes: the call returned at a quorum
 	const n = 4
 	var order []int
 	var mu sync.Mutex
@@ -93,6 +94,7 @@ func TestFairQueueDeadHead(t *testing.T) {
 	key := "dead"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
+	settled(t, f, key, l.Value()) // on every node before a waiter comes: the call returned at a quorum
 	// A waiter that began waiting long ago, alive (its deadline a minute
 	// away) until the other waiter has queued behind it.
 	ghost := "0123456789abcdef0123456789abcdef"
@@ -153,6 +155,7 @@ func TestFairQueueGiveUpAndInterop(t *testing.T) {
 	key := "leave"
 	l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second)
 	require.NoError(t, err)
+	settled(t, f, key, l.Value()) // on every node before a waiter comes: the call returned at a quorum
 	other, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

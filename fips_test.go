@@ -147,6 +147,7 @@ func TestFIPS(t *testing.T) {
 		key := "fips:fair"
 		l, err := rl.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err, "Acquire")
+		settled(t, f, key, l.Value()) // on every node before the waiter comes
 		got := make(chan acquired, 1)
 		go func() {
 			nl, err := other.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))

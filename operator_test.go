@@ -108,6 +108,7 @@ func TestInspectEveryKind(t *testing.T) {
 	t.Run("fair queue", func(t *testing.T) {
 		l, err := f.rl.Acquire(ctx, []string{"fifo"}, time.Minute, redlock.WithFairQueue(true))
 		require.NoError(t, err)
+		settled(t, f, "fifo", l.Value()) // on every node before a waiter comes
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var wg sync.WaitGroup
@@ -441,8 +442,9 @@ func TestOperatorOnACluster(t *testing.T) {
 func TestForceReleaseFairQueue(t *testing.T) {
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
-	_, err := f.rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour)
+	held, err := f.rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour)
 	require.NoError(t, err)
+	settled(t, f, "fifo", held.Value()) // on every node before the waiter comes
 	waiter, _ := ownRedlock(t, f, direct, redlock.WithFairQueue(true))
 	got := acquiring(t, waiter, "fifo", redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Second))
 	queuedOnNodes(t, f, "fifo", 1)
