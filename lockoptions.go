@@ -112,8 +112,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 // made. A replica tells its primary of a write it wrote to its file after
 // answering the primary's request for acknowledgements only at its next
 // report, once a second: a wait under 1s can then fall short though the
-// replica has the write (4 of 100 waits of 100ms on Redis 7.2.6); give it
-// a second or more, with a node timeout above twice that. local false and
+// replica has the write (RELIABILITY.md, "Servers"); give it a second or
+// more, with a node timeout above twice that. local false and
 // replicas 0 turns it off. Default: off.
 func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {

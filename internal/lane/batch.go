@@ -138,7 +138,7 @@ func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.
 				return nil
 			})
 			if v, err := info.Result(); err == nil {
-				server = ServerOf(v)
+				server = serverOf(v)
 			}
 			cancel()
 		}
@@ -146,7 +146,7 @@ func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.
 	}
 }
 
-// has72 reports whether server (as ServerOf says it) is Valkey, or Redis
+// has72 reports whether server (as serverOf says it) is Valkey, or Redis
 // 7.2 or later.
 func has72(server string) bool {
 	if strings.HasPrefix(server, "Valkey ") {
@@ -176,10 +176,10 @@ func unknownCommand(err error, command string) bool {
 		(strings.Contains(msg, "'"+c+"'") || strings.Contains(msg, "`"+c+"`"))
 }
 
-// ServerOf returns the server's name and version in a reply to INFO
+// serverOf returns the server's name and version in a reply to INFO
 // server: "Valkey 8.0.1" (whose redis_version says 7.2.4), "Redis 6.2.9",
 // or "" when it says neither.
-func ServerOf(info string) string {
+func serverOf(info string) string {
 	var name, redisV, valkeyV string
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
