@@ -3,8 +3,7 @@ package redlock
 import (
 	"context"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/slot"
@@ -51,9 +50,8 @@ type announcers []*lane.Node
 func (ns announcers) Shared() []wake.Source {
 	var out []wake.Source
 	for i, nd := range ns {
-		if nd.Cluster() == nil {
-			c := nd.Client()
-			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, ReleasedChannel) }, Sick: nd.Lane("", false).Sick, Node: i})
+		if !nd.IsCluster() {
+			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ReleasedChannel, false) }, Sick: nd.Lane("", false).Sick, Node: i})
 		}
 	}
 	return out
@@ -64,8 +62,8 @@ func (ns announcers) PerKey(key string) []wake.Source {
 	ch := shardedChannel(key)
 	var out []wake.Source
 	for i, nd := range ns {
-		if cc := nd.Cluster(); cc != nil {
-			out = append(out, wake.Source{Open: func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx, ch) }, Sick: nd.Lane(key, false).Sick, Node: i})
+		if nd.IsCluster() {
+			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ch, true) }, Sick: nd.Lane(key, false).Sick, Node: i})
 		}
 	}
 	return out

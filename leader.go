@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
+	"github.com/go-redlock/redlock/internal/wake"
 )
 
 // Leader is who leads an election: the id its candidate campaigned as and
@@ -213,27 +213,22 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 func (e *Election) subscribe(ctx context.Context, poke chan<- struct{}) {
 	for _, nd := range e.r.nodes {
 		go func() {
-			var ps *redis.PubSub
-			if cc := nd.Cluster(); cc != nil {
-				ps = cc.Subscribe(ctx, ElectedChannel) // PUBLISH reaches every shard
-			} else {
-				ps = nd.Client().Subscribe(ctx, ElectedChannel)
-			}
+			// On a Cluster, PUBLISH reaches every shard.
+			ps := nd.Subscribe(ctx, ElectedChannel, false)
 			defer ps.Close()
-			msgs := ps.Channel()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case m, ok := <-msgs:
-					if !ok {
-						return
+			for ctx.Err() == nil {
+				ev, err := ps.Receive(ctx)
+				if err != nil {
+					if driver.IsError(err) {
+						return // refused (pub/sub denied by an ACL): the election polls
 					}
-					if m.Payload == e.key {
-						select {
-						case poke <- struct{}{}:
-						default:
-						}
+					sleepOrWake(ctx, wake.ResubscribeAfter, nil) // a network error: Receive reconnects
+					continue
+				}
+				if ev.Kind == driver.Message && ev.Payload == e.key {
+					select {
+					case poke <- struct{}{}:
+					default:
 					}
 				}
 			}

@@ -143,7 +143,7 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 		c := &calls[i]
 		c.node, c.out = i, answers
 		ss, a := scriptFor(nd, s, []string{key}, args)
-		if s == script.Force && nd.Cluster() != nil {
+		if s == script.Force && nd.IsCluster() {
 			a = slices.Clone(args)
 			a[2], a[3] = "spublish", shardedChannel(key)
 		}

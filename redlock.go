@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/lane"
-	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
@@ -34,72 +33,6 @@ type Redlock struct {
 	terms   termSet                 // the live terms of its elections, which Close resigns
 	owned   []redis.UniversalClient // the clients Open made, which Close closes
 	closed  atomic.Bool             // set by Close: a call that takes something new is refused (see open)
-}
-
-// New returns a Redlock over clients, one per independent Redis node. A
-// redis.Client, a FailoverClient (Sentinel) or a ClusterClient each count as
-// one node; on a Cluster, a multi-resource lock needs all its resources in one
-// hash slot (use a hash tag such as "{orders}:1").
-//
-// Give 1 node, or 3 or more: 3 nodes tolerate 1 failure, 5 tolerate 2 (an
-// even number tolerates no more than the odd number below it). New
-// refuses 2: their quorum is both nodes, so either one down stops every
-// lock, which makes them fail more often than 1 node would.
-//
-// opts become the defaults of every call. New returns an error matching
-// [ErrInvalidArgument] when clients is empty, holds exactly 2 clients,
-// holds a nil client or the same client twice, or a *redis.Ring, or when
-// an option is out of range. It refuses two clients with the same address
-// too (any database: several databases of one server are one server; for
-// ClusterClients, a shared seed address). It sends nothing to Redis. One
-// server reached by two names (localhost and 127.0.0.1) is found at the
-// first call each node answers, which reads its server's run_id (INFO
-// server; again once a second): the later node then votes against, with an
-// error that names both and matches ErrInvalidArgument, so that the server
-// counts once. A server whose ACL forbids INFO cannot be told apart this
-// way.
-func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
-	if len(clients) == 0 {
-		return nil, invalid("no clients: a Redlock needs at least one Redis client")
-	}
-	if len(clients) == 2 {
-		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
-			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
-	}
-	for i, c := range clients {
-		if isNil(c) {
-			return nil, invalid("clients[%d] is nil: give a client made by redis.NewClient, NewFailoverClient or NewClusterClient", i)
-		}
-		// The same client twice would let one node vote twice.
-		for j := range i {
-			if clients[j] == c {
-				return nil, invalid("clients[%d] is the same client as clients[%d]", i, j)
-			}
-		}
-		if _, ok := c.(*redis.Ring); ok {
-			// go-redis sends a script to the shard of its first key: a lock
-			// on [x y] and one on [y x] would run on different shards, and
-			// both succeed.
-			return nil, invalid("clients[%d] is a *redis.Ring, which routes a script by its first key only, so two locks "+
-				"sharing a resource can both succeed on different shards: give each shard as its own *redis.Client node, "+
-				"or use a Redis Cluster (ClusterClient) with hash-tagged resources", i)
-		}
-	}
-	if err := distinctServers(clients); err != nil {
-		return nil, err
-	}
-	def := defaultConfig()
-	cfg, err := with(&def, opts)
-	if err != nil {
-		return nil, err
-	}
-	r := &Redlock{cfg: cfg}
-	r.nodes = make([]*lane.Node, len(clients))
-	for i, c := range clients {
-		r.nodes[i] = lane.NewNode(i, c, &r.workers, cfg.nodeTimeout, &r.servers)
-	}
-	r.wake = wake.New(announcers(r.nodes), valueLen, script.HandedPrefix)
-	return r, nil
 }
 
 // Nodes returns the number of nodes (the membership size).

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/redistest"
 	"github.com/go-redlock/redlock/internal/script"
@@ -171,7 +172,7 @@ func newFake(t testing.TB, fakes []*redistest.Fake, opts ...Option) *Redlock {
 	rl, err := New(cs, append([]Option{WithWakeOnRelease(false)}, opts...)...)
 	require.NoError(t, err)
 	for i, f := range fakes {
-		rl.nodes[i].SetScripter(f)
+		rl.nodes[i].SetConn(f)
 	}
 	return rl
 }
@@ -369,7 +370,7 @@ func TestWriteBackWithNoValidityLeft(t *testing.T) {
 	fakes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Result: int64(1)}}
 	rl := newFake(t, fakes)
 	for _, nd := range rl.nodes {
-		nd.SetScripter(countingScripter{nd.Scripter(), &calls})
+		nd.SetConn(countingScripter{nd.Conn(), &calls})
 	}
 	p := fencedAcquirePlan([]string{"k"}, time.Second)
 	st := ExecutionStats{Start: time.Now().Add(-time.Second), MembershipSize: 3, QuorumSize: 2, VotesFor: []int{0, 1}}
@@ -383,25 +384,15 @@ func TestWriteBackWithNoValidityLeft(t *testing.T) {
 	assert.NotContains(t, msg, "was written back")
 }
 
-// countingScripter counts the scripts a node is sent.
+// countingScripter counts the commands a node is sent.
 type countingScripter struct {
-	lane.Scripter
+	driver.Node
 	n *atomic.Int32
 }
 
-func (c countingScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	c.n.Add(1)
-	return c.Scripter.EvalSha(ctx, sha, keys, args...)
-}
-
-func (c countingScripter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
-	c.n.Add(1)
-	return c.Scripter.Eval(ctx, src, keys, args...)
-}
-
-func (c countingScripter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	c.n.Add(1)
-	return c.Scripter.Pipelined(ctx, fn)
+func (c countingScripter) Do(ctx context.Context, cmds []*driver.Cmd) {
+	c.n.Add(int32(len(cmds)))
+	c.Node.Do(ctx, cmds)
 }
 
 // fenceKey is cheap for every resource: the odd ones (a '}' and no hash
@@ -437,14 +428,14 @@ func TestRerun(t *testing.T) {
 func TestAddrOf(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
 	defer c.Close()
-	assert.Equal(t, "10.0.0.1:6379/2", lane.AddrOf(c))
+	assert.Equal(t, "10.0.0.1:6379/2", driver.GoRedis(c).Info().Addr)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:7000", "b:7000"}, Password: "pw"})
 	defer cc.Close()
-	assert.Equal(t, "cluster a:7000,b:7000", lane.AddrOf(cc))
+	assert.Equal(t, "cluster a:7000,b:7000", driver.GoRedis(cc).Info().Addr)
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:26379"}})
 	defer fc.Close()
-	assert.Equal(t, "sentinel failover group", lane.AddrOf(fc))
-	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: lane.AddrOf(c), Op: OpAcquire, Err: errors.New("x")}).Error())
+	assert.Equal(t, "sentinel failover group", driver.GoRedis(fc).Info().Addr)
+	assert.Equal(t, "redlock: acquire on node 1 (10.0.0.1:6379/2): x", (&NodeError{Node: 1, Addr: driver.GoRedis(c).Info().Addr, Op: OpAcquire, Err: errors.New("x")}).Error())
 }
 
 // Using's extender never starts an extension once fn has returned (stop

@@ -48,7 +48,7 @@ func distinctServers(clients []redis.UniversalClient) error {
 }
 
 // isNil reports whether c is nil or an interface holding a nil pointer.
-func isNil(c redis.UniversalClient) bool {
+func isNil(c any) bool {
 	if c == nil {
 		return true
 	}

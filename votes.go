@@ -232,7 +232,7 @@ func scriptFor(nd *lane.Node, s *script.Script, resources []string, args []any) 
 	case s.Announces:
 		out := make([]any, 0, len(args)+1+len(resources))
 		out = append(out, args...)
-		if nd.Cluster() == nil {
+		if !nd.IsCluster() {
 			out = append(out, "publish")
 			for range resources {
 				out = append(out, ReleasedChannel)
@@ -244,7 +244,7 @@ func scriptFor(nd *lane.Node, s *script.Script, resources []string, args []any) 
 			out = append(out, shardedChannel(r))
 		}
 		return s, out
-	case nd.Cluster() == nil || s != script.Release:
+	case !nd.IsCluster() || s != script.Release:
 		return s, args
 	}
 	sharded := make([]any, 0, len(args)+len(resources))

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/go-redlock/redlock/driver"
 )
 
 // evalBy is how a round sends its scripts.
@@ -18,20 +18,6 @@ const (
 	bySHA      evalBy = iota // EVALSHA: the script's hash only
 	withSource               // EVAL: the script itself, which the node then caches
 )
-
-// Scripter is the part of a client that sends scripts, alone or pipelined:
-// all a lane calls.
-type Scripter interface {
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-}
-
-// evaler runs one script: a client, or a pipeline it queues on.
-type evaler interface {
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
-}
 
 // Ack is what a write must reach before its answer counts: a WAIT (or
 // WAITAOF) ends the batch, and each call with an Ack gets the count.
@@ -62,21 +48,20 @@ func strictest(calls []*Call) *Ack {
 	return out
 }
 
-// send queues the WAIT (or WAITAOF) on pipe. (go-redis's Pipeliner leaves
-// out the blocking commands; Do sends them all the same.)
-func (a *Ack) send(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+// cmd returns the WAIT (or WAITAOF), routed with key.
+func (a *Ack) cmd(key string) *driver.Cmd {
 	ms := a.Timeout.Milliseconds()
 	if a.AOF {
-		return pipe.Do(ctx, "WAITAOF", a.Local, a.Replicas, ms)
+		return &driver.Cmd{Args: []any{"waitaof", a.Local, a.Replicas, ms}, Key: key}
 	}
-	return pipe.Do(ctx, "WAIT", a.Replicas, ms)
+	return &driver.Cmd{Args: []any{"wait", a.Replicas, ms}, Key: key}
 }
 
 // readAcks gives each call with an Ack whose script answered the WAIT's
 // count (wait's answer).
-func readAcks(calls []*Call, wait *redis.Cmd) {
+func readAcks(calls []*Call, wait *driver.Cmd) {
 	replicas, local := -1, -1
-	res, err := wait.Result()
+	res, err := wait.Reply, wait.Err
 	if err == nil {
 		switch v := res.(type) {
 		case int64:
@@ -122,7 +107,7 @@ func (e *UnsupportedError) Unwrap() error { return e.Err }
 // does not know command into an *UnsupportedError naming the server's
 // version, which it asks c once, waiting up to timeout (the node timeout):
 // a round trip more, on a call the node refused, which no retry can change.
-func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.Duration) {
+func explainUnsupported(c driver.Node, calls []*Call, command string, timeout time.Duration) {
 	var server string
 	asked := false
 	for _, p := range calls {
@@ -132,12 +117,9 @@ func explainUnsupported(c Scripter, calls []*Call, command string, timeout time.
 		if !asked {
 			asked = true
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			var info *redis.StringCmd
-			_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-				info = pipe.Info(ctx, "server")
-				return nil
-			})
-			if v, err := info.Result(); err == nil {
+			info := &driver.Cmd{Args: []any{"info", "server"}}
+			c.Do(ctx, []*driver.Cmd{info})
+			if v, ok := info.Reply.(string); ok && info.Err == nil {
 				server = serverOf(v)
 			}
 			cancel()
@@ -166,7 +148,7 @@ func has72(server string) bool {
 // unknownCommand reports whether err is a server's "unknown command" reply
 // about command: 'WAITAOF' since Redis 7.0, `WAITAOF` before.
 func unknownCommand(err error, command string) bool {
-	var re redis.Error
+	var re driver.Error
 	if !errors.As(err, &re) {
 		return false
 	}
@@ -209,26 +191,6 @@ func (e *UnexpectedError) Error() string {
 	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
 }
 
-// via returns what calls are sent through: the node's client, or, for calls
-// that wait for replicas on a Cluster, the shard primary's own client (WAIT
-// must follow the script on the same connection, and go-redis does not send
-// WAIT in a Cluster pipeline).
-func (l *Lane) via(calls []*Call) Scripter {
-	nd := l.node
-	if nd.cluster == nil || nd.scripts != Scripter(nd.cluster) {
-		return nd.scripts
-	}
-	for _, c := range calls {
-		if c.Ack != nil {
-			if m, err := nd.cluster.MasterForKey(context.Background(), c.Keys[0]); err == nil {
-				return m
-			}
-			break
-		}
-	}
-	return nd.scripts
-}
-
 // runBatch runs calls in one round trip: alone when there is one, else in
 // one pipeline; each with EVALSHA, or with EVAL (which caches the script on
 // the node) when its src is set (see Lane.choose). A call whose script the node lacks gets the NOSCRIPT
@@ -239,46 +201,55 @@ func (l *Lane) via(calls []*Call) Scripter {
 // With ask, the pipeline starts with INFO server, and runBatch returns the
 // server's run_id (see identity.go; "" when INFO was refused, an ACL that
 // forbids it), and whether the server answered the question.
-func runBatch(c Scripter, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
-	ctx := context.Background()
-	eval := func(s evaler, p *Call) *redis.Cmd {
-		if p.src {
-			return s.Eval(ctx, p.Src, p.Keys, p.Args...)
-		}
-		return s.EvalSha(ctx, p.Hash, p.Keys, p.Args...)
-	}
+func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
 	ack := strictest(calls)
-	if len(calls) == 1 && ack == nil && !ask {
-		p := calls[0]
-		res, err := eval(c, p).Result()
-		p.res = Result{Reply: res, Err: err, Acks: -1, Local: -1}
-		return "", false
+	key := "" // routes the INFO and the WAIT on a Cluster
+	if len(calls[0].Keys) > 0 {
+		key = calls[0].Keys[0]
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	var wait *redis.Cmd
-	var info *redis.StringCmd
-	_, perr := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		if ask {
-			info = pipe.Info(ctx, "server")
+	n := len(calls)
+	if ask {
+		n++
+	}
+	if ack != nil {
+		n++
+	}
+	cmds := make([]*driver.Cmd, 0, n)
+	all := make([]driver.Cmd, n)
+	if ask {
+		all[0] = driver.Cmd{Args: []any{"info", "server"}, Key: key}
+		cmds = append(cmds, &all[0])
+	}
+	for _, p := range calls {
+		cmd := &all[len(cmds)]
+		name, body := "evalsha", p.Hash
+		if p.src {
+			name, body = "eval", p.Src
 		}
-		for i, p := range calls {
-			cmds[i] = eval(pipe, p)
+		args := make([]any, 3, 3+len(p.Keys)+len(p.Args))
+		args[0], args[1], args[2] = name, body, len(p.Keys)
+		for _, k := range p.Keys {
+			args = append(args, k)
 		}
-		if ack != nil {
-			wait = ack.send(ctx, pipe)
+		cmd.Args = append(args, p.Args...)
+		if len(p.Keys) > 0 {
+			cmd.Key = p.Keys[0]
 		}
-		return nil
-	})
+		cmds = append(cmds, cmd)
+	}
+	var wait *driver.Cmd
+	if ack != nil {
+		wait = ack.cmd(key)
+		cmds = append(cmds, wait)
+	}
+	c.Do(context.Background(), cmds)
+	first := 0
+	if ask {
+		first = 1
+	}
 	for i, p := range calls {
-		res, err := cmds[i].Result()
-		if res == nil && err == nil && perr != nil {
-			// Never answered: the pipeline failed before it (a wrong
-			// password refused as the connection was set up), and go-redis
-			// gave the error to the pipeline only. A script always answers
-			// something.
-			err = perr
-		}
-		p.res = Result{Reply: res, Err: err, Acks: -1, Local: -1}
+		cmd := cmds[first+i]
+		p.res = Result{Reply: cmd.Reply, Err: cmd.Err, Acks: -1, Local: -1}
 	}
 	if ack != nil {
 		readAcks(calls, wait)
@@ -288,9 +259,9 @@ func runBatch(c Scripter, calls []*Call, ask bool, timeout time.Duration) (id st
 		}
 		explainUnsupported(c, calls, cmd, timeout)
 	}
-	if info != nil {
-		v, err := info.Result()
-		return runID(v), isReply(err)
+	if ask {
+		v, _ := cmds[0].Reply.(string)
+		return runID(v), isReply(cmds[0].Err)
 	}
 	return "", false
 }
@@ -301,7 +272,7 @@ func isReply(err error) bool {
 	if err == nil {
 		return true
 	}
-	var re redis.Error
+	var re driver.Error
 	return errors.As(err, &re) && !IsTimeout(err)
 }
 
@@ -324,4 +295,14 @@ func IsTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// hasPrefix reports whether err is an error reply that starts with prefix
+// (after "ERR ", as go-redis's HasErrorPrefix).
+func hasPrefix(err error, prefix string) bool {
+	var re driver.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), prefix)
 }

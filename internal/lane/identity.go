@@ -4,16 +4,14 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // One server votes once. A caller refuses two clients with the same
 // address, but one server has many names (localhost and 127.0.0.1, a DNS
 // alias, a proxy in front of it) and many databases, and a server that
 // votes twice can make a "majority" of one live server. So a node that is
-// one server (a *redis.Client, not a Cluster or a FailoverClient, whose
-// servers change under it) asks its server what it is: INFO server's run_id,
+// one server (driver.Info's OneServer: not a Cluster or a Sentinel group,
+// whose servers change under it) asks its server what it is: INFO server's run_id,
 // read in the same pipeline as its calls, in every round until the server
 // has answered, then once each IdentityEvery (a restart changes the run_id).
 // The first node to claim a run_id is that server's; another node whose
@@ -77,12 +75,4 @@ func runID(info string) string {
 		}
 	}
 	return ""
-}
-
-// identifies reports whether a node with client c asks its server's run_id:
-// a plain server (a FailoverClient's server changes at each failover, and a
-// Cluster's are many).
-func identifies(c redis.UniversalClient) bool {
-	cl, ok := c.(*redis.Client)
-	return ok && cl.Options().Addr != "FailoverClient"
 }

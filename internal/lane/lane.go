@@ -6,8 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
 )
 
@@ -220,7 +219,7 @@ func (l *Lane) send(batch []*Call) bool {
 			for _, c := range again {
 				c.src = true
 			}
-			_, _ = runBatch(l.via(again), again, false, l.base)
+			_, _ = runBatch(l.node.conn, again, false, l.base)
 		}
 		for i, c := range again {
 			c.res.First = &first[i]
@@ -241,7 +240,7 @@ func (l *Lane) send(batch []*Call) bool {
 			silent = true
 		case isReply(err):
 			spoke = true
-		case !errors.Is(err, redis.ErrClosed):
+		case !errors.Is(err, driver.ErrClosed):
 			cause = err
 		}
 	}
@@ -292,7 +291,7 @@ func (l *Lane) send(batch []*Call) bool {
 		// lock's calls may have gone through another lane before the slot
 		// map was known.)
 		err := c.res.Err
-		if c.Kind != Write && !isReply(err) && !errors.Is(err, redis.ErrClosed) && (l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(err)) {
+		if c.Kind != Write && !isReply(err) && !errors.Is(err, driver.ErrClosed) && (l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(err)) {
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
@@ -362,7 +361,7 @@ func resends(batch []*Call, onTime bool) []*Call {
 	var keys map[string]struct{} // the keys of the calls sent again so far
 	for _, c := range batch {
 		switch {
-		case c.res.Err != nil && redis.HasErrorPrefix(c.res.Err, "NOSCRIPT"):
+		case c.res.Err != nil && hasPrefix(c.res.Err, "NOSCRIPT"):
 			if !onTime && c.Kind == Write {
 				continue
 			}
@@ -415,7 +414,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	})
 	ask := how == bySHA && l.node.asking()
 	l.choose(calls, how)
-	if id, answered := runBatch(l.via(calls), calls, ask, l.base); answered {
+	if id, answered := runBatch(l.node.conn, calls, ask, l.base); answered {
 		l.node.servers.identified(l.node, id)
 	}
 	l.learn(calls, time.Since(sent))

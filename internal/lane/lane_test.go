@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
 )
 
@@ -19,6 +20,7 @@ import (
 // opened; it counts the round trips that reached it, and answers each
 // script with 1.
 type gate struct {
+	stand
 	mu     sync.Mutex
 	shut   chan struct{} // nil: open
 	rounds atomic.Int32
@@ -51,32 +53,19 @@ func (g *gate) pass() {
 	}
 }
 
-func (g *gate) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+func (g *gate) Do(_ context.Context, cmds []*driver.Cmd) {
 	g.pass()
-	cmd := redis.NewCmd(ctx)
-	cmd.SetVal(int64(1))
-	return cmd
+	for _, c := range cmds {
+		c.Reply = int64(1)
+	}
 }
 
-func (g *gate) Eval(ctx context.Context, s string, k []string, a ...any) *redis.Cmd {
-	return g.EvalSha(ctx, s, k, a...)
-}
+// stand is what a fake node answers besides Do.
+type stand struct{}
 
-func (g *gate) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	g.pass()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	pipe := c.Pipeline()
-	if err := fn(pipe); err != nil {
-		return nil, err
-	}
-	cmds := pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
-	for _, cmd := range cmds {
-		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal(int64(1))
-		}
-	}
-	return cmds, nil
+func (stand) Info() driver.Info { return driver.Info{Addr: "fake"} }
+func (stand) Subscribe(context.Context, string, bool) driver.Subscription {
+	panic("a fake node has no subscriptions")
 }
 
 // recorder is a Handler that records what it is told.
@@ -112,14 +101,14 @@ const base = 50 * time.Millisecond
 
 // newLane returns the lane of a node that sends through g, and the owner
 // that counts its goroutines.
-func newLane(t *testing.T, g Scripter) (*Lane, *flight.Flight) {
+func newLane(t *testing.T, g driver.Node) (*Lane, *flight.Flight) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = c.Close() })
 	owner := &flight.Flight{}
-	nd := NewNode(0, c, owner, base, &Servers{})
+	nd := NewNode(0, driver.GoRedis(c), owner, base, &Servers{})
 	nd.identify = false
-	nd.SetScripter(g)
+	nd.SetConn(g)
 	return nd.Lane("k", false), owner
 }
 
@@ -220,7 +209,7 @@ func TestTwinCallsAreNotSent(t *testing.T) {
 	g := &gate{}
 	l, _ := newLane(t, g)
 	s := l.node.servers
-	first := NewNode(1, redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"}), &flight.Flight{}, base, s)
+	first := NewNode(1, driver.GoRedis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"})), &flight.Flight{}, base, s)
 	s.identified(first, "abc")
 	s.identified(l.node, "abc")
 	var twin *TwinError
@@ -268,60 +257,32 @@ func TestResends(t *testing.T) {
 
 // A node is named for people by its address, never with its password.
 func TestAddrOf(t *testing.T) {
+	addr := func(c redis.UniversalClient) string { return driver.GoRedis(c).Info().Addr }
 	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
 	defer c.Close()
-	assert.Equal(t, "10.0.0.1:6379/2", AddrOf(c))
+	assert.Equal(t, "10.0.0.1:6379/2", addr(c))
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:7000", "b:7000"}, Password: "pw"})
 	defer cc.Close()
-	assert.Equal(t, "cluster a:7000,b:7000", AddrOf(cc))
+	assert.Equal(t, "cluster a:7000,b:7000", addr(cc))
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:26379"}})
 	defer fc.Close()
-	assert.Equal(t, "sentinel failover group", AddrOf(fc))
+	assert.Equal(t, "sentinel failover group", addr(fc))
 }
 
 // scripted is a fake server whose every round trip (one call alone, or a
 // pipeline) does what do says for its number (1 for the first) and whether
 // it carries the scripts' source.
 type scripted struct {
+	stand
 	rounds atomic.Int32
 	do     func(round int32, src bool) (any, error)
 }
 
-func (s *scripted) set(cmd *redis.Cmd, round int32, src bool) {
-	if v, err := s.do(round, src); err != nil {
-		cmd.SetErr(err)
-	} else {
-		cmd.SetVal(v)
-	}
-}
-
-func (s *scripted) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	s.set(cmd, s.rounds.Add(1), false)
-	return cmd
-}
-
-func (s *scripted) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	s.set(cmd, s.rounds.Add(1), true)
-	return cmd
-}
-
-func (s *scripted) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+func (s *scripted) Do(_ context.Context, cmds []*driver.Cmd) {
 	round := s.rounds.Add(1)
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	pipe := c.Pipeline()
-	if err := fn(pipe); err != nil {
-		return nil, err
+	for _, c := range cmds {
+		c.Reply, c.Err = s.do(round, c.Args[0] == "eval")
 	}
-	cmds := pipe.(interface{ Cmds() []redis.Cmder }).Cmds()
-	for _, cmd := range cmds {
-		if c, ok := cmd.(*redis.Cmd); ok {
-			s.set(c, round, cmd.Name() == "eval")
-		}
-	}
-	return cmds, nil
 }
 
 // handler is a Handler whose Silent runs slow before it says what it got.

@@ -2,27 +2,34 @@ package lane
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Node is one member of the quorum: a client, and the lanes its calls take.
 type Node struct {
-	index  int
-	addr   string // for people: never a password
+	index int
+	addr  string // for people: never a password
+	// native is the node as it was given; client is its go-redis client,
+	// nil for another client's (see driver.GoRedis).
+	native driver.Node
 	client redis.UniversalClient
-	// scripts is what the lanes send through: client itself, or a fake a
-	// test puts in its place (SetScripter).
-	scripts Scripter
-	// cluster is set for a Redis Cluster: a lane per shard.
-	cluster *redis.ClusterClient
+	// conn is what the lanes send through: native, or a fake a test puts
+	// in its place (SetConn).
+	conn driver.Node
+	// isCluster is set for a Redis Cluster; cluster too when it is
+	// go-redis's: a lane per shard (another client's Cluster has one lane,
+	// and one per slot for the calls that wait for replicas).
+	isCluster bool
+	cluster   *redis.ClusterClient
 	// one is the lane of a node that is one server; on a Cluster, the lane
 	// used until the Cluster's slot map is known (see Lane).
 	one *Lane
@@ -32,7 +39,7 @@ type Node struct {
 	ackOne *Lane
 
 	mu     sync.Mutex
-	shards map[string]*Lane // Cluster: by the shard primary's address (+ " acked")
+	shards map[string]*Lane // Cluster: by the shard primary's address, or the slot (+ " acked")
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
 
 	// Which server it is (identity.go): servers is the record shared by the
@@ -46,14 +53,16 @@ type Node struct {
 	twin     atomic.Pointer[TwinError]
 }
 
-// NewNode returns node index of a quorum, sending through c. Its workers
+// NewNode returns node index of a quorum, sending through n. Its workers
 // and held calls are counted in owner; base is the node timeout, the least
 // silence that opens a lane's breaker (a caller's shorter per-call timeout
 // bounds only its own wait); servers is the quorum's record of which node is
 // which server.
-func NewNode(index int, c redis.UniversalClient, owner *flight.Flight, base time.Duration, servers *Servers) *Node {
-	nd := &Node{index: index, addr: AddrOf(c), client: c, scripts: c, servers: servers, identify: identifies(c)}
-	nd.cluster, _ = c.(*redis.ClusterClient)
+func NewNode(index int, n driver.Node, owner *flight.Flight, base time.Duration, servers *Servers) *Node {
+	info := n.Info()
+	nd := &Node{index: index, addr: info.Addr, native: n, conn: n, servers: servers, identify: info.OneServer, isCluster: info.Cluster}
+	nd.client, _ = driver.GoRedisClient(n)
+	nd.cluster, _ = nd.client.(*redis.ClusterClient)
 	nd.one = &Lane{node: nd, owner: owner, base: base}
 	nd.ackOne = &Lane{node: nd, owner: owner, base: base}
 	return nd
@@ -62,41 +71,26 @@ func NewNode(index int, c redis.UniversalClient, owner *flight.Flight, base time
 // Index returns the node's index in its quorum.
 func (nd *Node) Index() int { return nd.index }
 
-// Addr returns the node's address, for people (see AddrOf).
+// Addr returns the node's address, for people (driver.Info's Addr).
 func (nd *Node) Addr() string { return nd.addr }
 
-// Client returns the node's client.
+// Client returns the node's go-redis client, or nil when it has another.
 func (nd *Node) Client() redis.UniversalClient { return nd.client }
 
-// Cluster returns the node's client when it is a Redis Cluster, or nil.
-func (nd *Node) Cluster() *redis.ClusterClient { return nd.cluster }
+// IsCluster reports whether the node is a Redis Cluster.
+func (nd *Node) IsCluster() bool { return nd.isCluster }
 
-// SetScripter makes the node's lanes send through s instead of its client
-// (a fake, in tests). Call it before the first call.
-func (nd *Node) SetScripter(s Scripter) { nd.scripts = s }
-
-// Scripter returns what the node's lanes send through.
-func (nd *Node) Scripter() Scripter { return nd.scripts }
-
-// AddrOf names a node for people: its address, with the database when not 0;
-// a Cluster's seeds; "sentinel failover group". Options hold no password in
-// these fields.
-func AddrOf(c redis.UniversalClient) string {
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		if o.Addr == "FailoverClient" { // go-redis's name: the master is found through the sentinels
-			return "sentinel failover group"
-		}
-		if o.DB != 0 {
-			return fmt.Sprintf("%s/%d", o.Addr, o.DB)
-		}
-		return o.Addr
-	case *redis.ClusterClient:
-		return "cluster " + strings.Join(c.Options().Addrs, ",")
-	}
-	return ""
+// Subscribe subscribes to channel on the node (see driver.Node).
+func (nd *Node) Subscribe(ctx context.Context, channel string, sharded bool) driver.Subscription {
+	return nd.native.Subscribe(ctx, channel, sharded)
 }
+
+// SetConn makes the node's lanes send through c instead of its client (a
+// fake, in tests). Call it before the first call.
+func (nd *Node) SetConn(c driver.Node) { nd.conn = c }
+
+// Conn returns what the node's lanes send through.
+func (nd *Node) Conn() driver.Node { return nd.conn }
 
 // Lanes returns the node's lanes.
 func (nd *Node) Lanes() []*Lane {
@@ -122,21 +116,31 @@ func (nd *Node) Flush() {
 // of the shard primary that owns key's slot; before the Cluster client has
 // loaded its slot map (which it does on its first command, in a worker), it
 // is the node's own lane, so that looking the shard up never blocks the
-// caller.
+// caller. Another client's Cluster routes each call itself, on the node's
+// own lane; a call that waits for replicas takes a lane of its slot, whose
+// batches end with one WAIT at that slot's primary.
 func (nd *Node) Lane(key string, acked bool) *Lane {
 	own := nd.one
 	if acked {
 		own = nd.ackOne
 	}
-	if nd.cluster == nil || !nd.mapped.Load() {
+	var addr string
+	switch {
+	case nd.isCluster && nd.cluster == nil:
+		if !acked {
+			return own
+		}
+		addr = "slot " + strconv.Itoa(int(slot.Of(key)))
+	case nd.cluster == nil || !nd.mapped.Load():
 		return own
+	default:
+		// With the slot map loaded this does not touch the network.
+		c, err := nd.cluster.MasterForKey(context.Background(), key)
+		if err != nil {
+			return own
+		}
+		addr = c.Options().Addr
 	}
-	// With the slot map loaded this does not touch the network.
-	c, err := nd.cluster.MasterForKey(context.Background(), key)
-	if err != nil {
-		return own
-	}
-	addr := c.Options().Addr
 	id := addr
 	if acked {
 		id += " acked"

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/driver"
 )
 
 // Setting up a connection is not a node's answer being late. A node far
@@ -33,8 +35,10 @@ import (
 // carries the script itself (EVAL), so that it costs one round trip once
 // the connection is up.
 //
-// A Cluster's lanes and a node whose calls go through a stand-in (tests)
-// set nothing up: the client routes each call itself.
+// A Cluster's lanes, a node of another client than go-redis (which has its
+// own connection handling: rueidis dials at once, and keeps its
+// connections up) and a node whose calls go through a stand-in (tests) set
+// nothing up.
 
 // setUp outcomes.
 type setUpResult uint8
@@ -51,7 +55,7 @@ const (
 // lane), which is taken to work, as a call's would be.
 func (nd *Node) setsUp() bool {
 	c, ok := nd.client.(*redis.Client)
-	if !ok || nd.scripts != Scripter(nd.client) {
+	if !ok || nd.conn != nd.native {
 		return false
 	}
 	return c.PoolStats().IdleConns == 0
@@ -162,7 +166,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 		// The connection is in the pool, and the server's script cache
 		// is not known: each script's next call carries its source.
 		l.ready, l.cause, l.loaded, l.slowSetUp = true, nil, nil, false
-	} else if !IsTimeout(err) && !errors.Is(err, redis.ErrClosed) {
+	} else if !IsTimeout(err) && !errors.Is(err, driver.ErrClosed) {
 		l.cause = err
 	}
 	if !onTime {
@@ -249,7 +253,7 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 	for _, c := range calls {
 		err := c.res.Err
 		switch {
-		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case err != nil && hasPrefix(err, "NOSCRIPT"):
 			// Its next call carries it. (A set-up forgets every
 			// script; a restart or a SCRIPT FLUSH on a connection that
 			// stays up is learnt script by script: one NOSCRIPT each.)

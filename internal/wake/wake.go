@@ -14,8 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
 )
 
@@ -34,7 +33,7 @@ var unknownRetry = time.Minute
 // and Sick, when set, reports that the node looks silent, so that no
 // goroutine parks in a client connecting to it.
 type Source struct {
-	Open func(context.Context) *redis.PubSub
+	Open func(context.Context) driver.Subscription
 	Sick func() bool
 	Node int // which node it hears (see Handed)
 }
@@ -98,7 +97,7 @@ type Waker struct {
 // sub is one subscription and its goroutine.
 type sub struct {
 	cancel context.CancelFunc
-	ps     *redis.PubSub // guarded by waker.mu; nil while not subscribed
+	ps     driver.Subscription // guarded by waker.mu; nil while not subscribed
 }
 
 // group is the queue of waiters for one set of resources.
@@ -184,7 +183,7 @@ func (w *Waker) Leave(wt *Waiter, acquired bool) (offer any) {
 	}
 	w.mu.Lock()
 	offer, wt.offer = wt.offer, nil
-	var stop []*redis.PubSub
+	var stop []driver.Subscription
 	defer func() {
 		w.mu.Unlock()
 		closeAll(stop)
@@ -391,22 +390,21 @@ func pause(ctx context.Context, d time.Duration) {
 // confirmation of the subscription after the first (a new one, or
 // go-redis's own after it reconnected) wakes the heads of key's groups
 // ("": every group); started records the first.
-func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key string, started *bool) error {
+func (w *Waker) receive(ctx context.Context, ps driver.Subscription, node int, key string, started *bool) error {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
 		// subscription with an error.
-		msg, err := ps.Receive(ctx)
+		ev, err := ps.Receive(ctx)
 		if err != nil {
 			return err
 		}
-		switch m := msg.(type) {
-		case *redis.Message:
-			w.notify(m.Payload, node)
-		case *redis.Subscription:
-			if m.Count == 0 { // unsubscribed by the node
-				return nil
-			}
+		switch ev.Kind {
+		case driver.Message:
+			w.notify(ev.Payload, node)
+		case driver.Unsubscribed: // by the node
+			return nil
+		case driver.Subscribed:
 			if *started {
 				w.pokeHeads(key)
 			}
@@ -418,13 +416,13 @@ func (w *Waker) receive(ctx context.Context, ps *redis.PubSub, node int, key str
 // unknownCommand reports whether err is a server's "unknown command"
 // reply: the server lacks what it was asked (SSUBSCRIBE before Redis 7.0).
 func unknownCommand(err error) bool {
-	var re redis.Error
+	var re driver.Error
 	return errors.As(err, &re) && strings.HasPrefix(strings.ToLower(re.Error()), "err unknown command")
 }
 
 // closeAll closes subscriptions whose contexts are cancelled: that does not
 // interrupt a Receive waiting for the node, closing it does.
-func closeAll(subs []*redis.PubSub) {
+func closeAll(subs []driver.Subscription) {
 	for _, ps := range subs {
 		_ = ps.Close()
 	}
@@ -527,7 +525,7 @@ func (w *Waker) Close() (*flight.Flight, bool) {
 		return &w.running, false
 	}
 	w.closed = true
-	var subs []*redis.PubSub
+	var subs []driver.Subscription
 	for s := range w.subs {
 		if s.ps != nil {
 			subs = append(subs, s.ps)

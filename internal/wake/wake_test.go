@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ type node struct {
 }
 
 func (n *node) Shared() []Source {
-	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return n.c.Subscribe(ctx, "rel") }, Sick: n.sick.Load}}
+	return []Source{{Open: func(ctx context.Context) driver.Subscription { return driver.GoRedis(n.c).Subscribe(ctx, "rel", false) }, Sick: n.sick.Load}}
 }
 
 func (n *node) PerKey(string) []Source { return nil }
@@ -144,7 +145,7 @@ type perKey struct{ c *redis.Client }
 func (p *perKey) Shared() []Source { return nil }
 func (p *perKey) PerKey(key string) []Source {
 	ch := "rel:" + strings.TrimSpace(key)
-	return []Source{{Open: func(ctx context.Context) *redis.PubSub { return p.c.Subscribe(ctx, ch) }}}
+	return []Source{{Open: func(ctx context.Context) driver.Subscription { return driver.GoRedis(p.c).Subscribe(ctx, ch, false) }}}
 }
 
 // A server that answers a per-key subscription with "unknown command" (a
@@ -193,9 +194,9 @@ type sharded struct {
 
 func (p *sharded) Shared() []Source { return nil }
 func (p *sharded) PerKey(key string) []Source {
-	return []Source{{Open: func(ctx context.Context) *redis.PubSub {
+	return []Source{{Open: func(ctx context.Context) driver.Subscription {
 		p.opened.Add(1)
-		return p.c.SSubscribe(ctx, "rel:"+key)
+		return driver.GoRedis(p.c).Subscribe(ctx, "rel:"+key, true)
 	}}}
 }
 

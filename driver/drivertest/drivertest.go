@@ -1,0 +1,601 @@
+// Package drivertest checks a [driver.Node] implementation against real
+// redis-server processes on loopback, as testing/fstest checks an fs.FS:
+// every adapter module of this repository runs [Run], and so does the
+// library for go-redis's own nodes, so that each client gets the same
+// proof. It needs redis-server (and redis-cli, for a Cluster) on PATH, or
+// in the folder $REDISTEST_SERVER_DIR names; without them the tests skip,
+// unless $CI is set.
+//
+//	func TestRueidis(t *testing.T) {
+//		drivertest.Run(t, drivertest.Driver{
+//			Node: func(t testing.TB, addr string) driver.Node { ... },
+//		})
+//	}
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/driver"
+	"github.com/go-redlock/redlock/internal/redistest"
+)
+
+// Driver makes the nodes under test.
+type Driver struct {
+	// Node returns a node that reaches the one server at addr, through a
+	// client that the test closes when it ends (tb.Cleanup).
+	Node func(tb testing.TB, addr string) driver.Node
+	// Cluster returns a node of the Redis Cluster whose seeds are addrs, or
+	// is nil when the client has no Cluster client.
+	Cluster func(tb testing.TB, addrs []string) driver.Node
+}
+
+// Run runs the checks, each as a subtest on servers of its own.
+func Run(t *testing.T, d Driver) {
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			c.run(t, d)
+		})
+	}
+	t.Run("Cluster", func(t *testing.T) {
+		if d.Cluster == nil {
+			t.Skip("the client has no Cluster client")
+		}
+		cluster(t, d)
+	})
+}
+
+var checks = []struct {
+	name string
+	run  func(*testing.T, Driver)
+}{
+	{"Lock", lock},
+	{"ExcludesGoRedis", excludesGoRedis},
+	{"ScriptsFlushed", scriptsFlushed},
+	{"RefusalEndsTheCall", refusal},
+	{"PausedAndHungNodes", faults},
+	{"WakeOnRelease", wakeOnRelease},
+	{"Fencing", fencing},
+	{"ReplicaAck", replicaAck},
+	{"Election", election},
+	{"Semaphore", semaphore},
+	{"FairQueue", fairQueue},
+	{"OneServerTwice", oneServerTwice},
+}
+
+// servers starts n servers, and returns them with nodes of d on them.
+func servers(t *testing.T, d Driver, n int) ([]*redistest.Node, []driver.Node) {
+	t.Helper()
+	srv := redistest.Start(t, n)
+	nodes := make([]driver.Node, n)
+	for i, s := range srv {
+		nodes[i] = d.Node(t, s.Addr())
+	}
+	return srv, nodes
+}
+
+// newRedlock returns a Redlock over nodes, closed when the test ends.
+func newRedlock(t *testing.T, nodes []driver.Node, opts ...redlock.Option) *redlock.Redlock {
+	t.Helper()
+	rl, err := redlock.NewFromNodes(nodes, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rl.Close() })
+	return rl
+}
+
+// goRedis returns a Redlock over go-redis clients of srv.
+func goRedis(t *testing.T, srv []*redistest.Node, opts ...redlock.Option) *redlock.Redlock {
+	t.Helper()
+	cs := make([]redis.UniversalClient, len(srv))
+	for i, s := range srv {
+		cs[i] = s.Client()
+	}
+	rl, err := redlock.New(cs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rl.Close() })
+	return rl
+}
+
+// holds reports whether every server holds key with value (the calls
+// return at a quorum: the last server may be a moment later).
+func holds(t *testing.T, srv []*redistest.Node, key, value string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, s := range srv {
+		for {
+			v, _ := s.Client().Get(context.Background(), key).Result()
+			if v == value {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server %s holds %q at %s, want %q", s.Addr(), v, key, value)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// lock: acquire, extend, release; a second Redlock is refused while it is
+// held.
+func lock(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	rl := newRedlock(t, nodes)
+	l, err := rl.Acquire(ctx, []string{"a", "b"}, 10*time.Second)
+	fatal(t, err)
+	holds(t, srv, "a", l.Value())
+	holds(t, srv, "b", l.Value())
+	other := newRedlock(t, []driver.Node{d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr()), d.Node(t, srv[2].Addr())})
+	if _, err := other.Acquire(ctx, []string{"b"}, time.Second, redlock.WithRetryCount(0)); !errors.Is(err, redlock.ErrResourceLocked) {
+		t.Fatalf("a second Redlock's Acquire of a held resource: %v, want ErrResourceLocked", err)
+	}
+	l2, err := l.Extend(ctx, 20*time.Second)
+	fatal(t, err)
+	if ttl := srv[0].Client().PTTL(ctx, "a").Val(); ttl <= 10*time.Second {
+		t.Fatalf("after Extend to 20s the key's ttl is %v", ttl)
+	}
+	if _, err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range srv {
+		for !waitGone(s, "a") {
+			t.Fatalf("server %s still holds a after the release", s.Addr())
+		}
+	}
+	if _, err := other.Acquire(ctx, []string{"b"}, time.Second, redlock.WithRetryCount(0)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGone waits up to 5s for key to be gone from s.
+func waitGone(s *redistest.Node, key string) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s.Client().Exists(context.Background(), key).Val() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// excludesGoRedis: a lock taken through the driver excludes one through
+// go-redis on the same servers, both ways, and under contention no two
+// holders overlap.
+func excludesGoRedis(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	mine, theirs := newRedlock(t, nodes), goRedis(t, srv)
+	l, err := mine.Acquire(ctx, []string{"x"}, 10*time.Second)
+	fatal(t, err)
+	if _, err := theirs.Acquire(ctx, []string{"x"}, time.Second, redlock.WithRetryCount(0)); !errors.Is(err, redlock.ErrResourceLocked) {
+		t.Fatalf("go-redis's Acquire of a resource held through the driver: %v, want ErrResourceLocked", err)
+	}
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err = theirs.Acquire(ctx, []string{"x"}, 10*time.Second, redlock.WithRetryCount(-1))
+	fatal(t, err)
+	if _, err := mine.Acquire(ctx, []string{"x"}, time.Second, redlock.WithRetryCount(0)); !errors.Is(err, redlock.ErrResourceLocked) {
+		t.Fatalf("the driver's Acquire of a resource held through go-redis: %v, want ErrResourceLocked", err)
+	}
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var inside, overlaps atomic.Int32
+	var grants [2]atomic.Int32
+	var wg sync.WaitGroup
+	end := time.Now().Add(time.Second)
+	for g := range 8 {
+		rl := []*redlock.Redlock{mine, theirs}[g%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				l, err := rl.Acquire(ctx, []string{"c"}, 5*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(5*time.Millisecond))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				grants[g%2].Add(1)
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				if _, err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n > 0 {
+		t.Fatalf("%d overlapping holders between the driver and go-redis", n)
+	}
+	t.Logf("grants: driver %d, go-redis %d, no overlap", grants[0].Load(), grants[1].Load())
+}
+
+// scriptsFlushed: a server that lost its scripts (SCRIPT FLUSH, a restart)
+// is sent them again.
+func scriptsFlushed(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	rl := newRedlock(t, nodes)
+	warm(t, rl, "f")
+	for _, s := range srv {
+		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := rl.Acquire(ctx, []string{"f"}, time.Second, redlock.WithRetryCount(0))
+	fatal(t, err)
+	holds(t, srv, "f", l.Value())
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refusal: a server's error reply that no retry can change (WRONGTYPE)
+// ends the call after its first attempt, and names itself.
+func refusal(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	for _, s := range srv {
+		if err := s.Client().HSet(ctx, "h", "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rl := newRedlock(t, nodes)
+	_, err := rl.Acquire(ctx, []string{"h"}, time.Second, redlock.WithFencing(true), redlock.WithRetryCount(10), redlock.WithRetryDelay(200*time.Millisecond))
+	var ee *redlock.ExecutionError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Acquire of a hash key: %v, want an *ExecutionError", err)
+	}
+	if len(ee.Attempts) != 1 || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Acquire of a hash key: %d attempts, %v; want 1 attempt, WRONGTYPE named", len(ee.Attempts), err)
+	}
+}
+
+// faults: of 5 servers, one paused (SIGSTOP) and one behind a proxy that
+// hangs: a lock is granted (a minority faulty), within a bound set by the
+// node timeout, not by the client's own timeouts; with a third paused, no
+// lock, within the same bound. Close then ends every call and worker.
+func faults(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv := redistest.Start(t, 5)
+	px := redistest.NewProxy(t, srv[4].Addr())
+	nodes := []driver.Node{d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr()), d.Node(t, srv[2].Addr()), d.Node(t, srv[3].Addr()), d.Node(t, px.Addr())}
+	rl, err := redlock.NewFromNodes(nodes, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithWakeOnRelease(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, rl, "warm")
+	srv[3].Pause()
+	defer srv[3].Resume()
+	px.Set(redistest.Hang)
+	// Bound: 100ms per node, 3 attempts and their delays, and slack for a
+	// loaded machine; an unbounded wait would be the client's own timeouts.
+	const bound = 3 * time.Second
+	start := time.Now()
+	l, err := rl.Acquire(ctx, []string{"p"}, 5*time.Second, redlock.WithRetryCount(2))
+	if err != nil {
+		t.Fatalf("a minority of 2 faulty nodes of 5: %v", err)
+	}
+	if took := time.Since(start); took > bound {
+		t.Fatalf("Acquire with 2 faulty nodes of 5 took %v, bound %v", took, bound)
+	}
+	srv[2].Pause()
+	defer srv[2].Resume()
+	start = time.Now()
+	_, err = rl.Acquire(ctx, []string{"q"}, 5*time.Second, redlock.WithRetryCount(2))
+	if err == nil {
+		t.Fatal("a lock granted with 3 faulty nodes of 5")
+	}
+	if took := time.Since(start); took > bound {
+		t.Fatalf("Acquire with 3 faulty nodes of 5 took %v, bound %v", took, bound)
+	}
+	_, _ = l.Release(ctx)
+	srv[2].Resume()
+	srv[3].Resume()
+	px.Set(redistest.Healthy)
+	if err := rl.Close(); err != nil {
+		t.Fatalf("Close after the nodes came back: %v", err)
+	}
+}
+
+// wakeOnRelease: a waiter whose retry delay is an hour gets the lock when
+// it is released: the release's announcement woke it.
+func wakeOnRelease(t *testing.T, d Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, nodes := servers(t, d, 3)
+	rl := newRedlock(t, nodes)
+	l, err := rl.Acquire(ctx, []string{"w"}, 20*time.Second)
+	fatal(t, err)
+	var woken atomic.Bool
+	obs := &redlock.Observer{Wait: func(w redlock.WaitInfo) {
+		if w.Woken {
+			woken.Store(true)
+		}
+	}}
+	got := make(chan error, 1)
+	waited := make(chan struct{})
+	go func() {
+		close(waited)
+		wl, err := rl.Acquire(ctx, []string{"w"}, time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour), redlock.WithObserver(obs))
+		if err == nil {
+			_, err = wl.Release(context.Background())
+		}
+		got <- err
+	}()
+	<-waited
+	time.Sleep(200 * time.Millisecond) // the waiter's first attempt failed: it waits an hour, or the wake
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v (an hour's retry delay: only the release's announcement wakes it before the test's 30s)", err)
+	}
+	if !woken.Load() {
+		t.Fatal("the waiter got the lock without a wake")
+	}
+}
+
+// fencing: tokens grow across locks and across clients.
+func fencing(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	mine, theirs := newRedlock(t, nodes, redlock.WithFencing(true)), goRedis(t, srv, redlock.WithFencing(true))
+	var last uint64
+	for i := range 6 {
+		rl := []*redlock.Redlock{mine, theirs}[i%2]
+		l, err := rl.Acquire(ctx, []string{"t"}, 5*time.Second)
+		fatal(t, err)
+		if l.Token() <= last {
+			t.Fatalf("lock %d's token %d, after %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		if _, err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// replicaAck: a lock that waits for replicas (WAIT after its script, on
+// its connection) hears each node's replica acknowledge it.
+func replicaAck(t *testing.T, d Driver) {
+	ctx := context.Background()
+	primaries, _ := redistest.StartWithReplicas(t, 3, 1)
+	nodes := make([]driver.Node, len(primaries))
+	for i, p := range primaries {
+		nodes[i] = d.Node(t, p.Addr())
+	}
+	rl := newRedlock(t, nodes, redlock.WithReplicaAck(1, time.Second), redlock.WithNodeTimeout(3*time.Second))
+	l, err := rl.Acquire(ctx, []string{"r"}, 10*time.Second)
+	fatal(t, err)
+	st := l.Attempts()[len(l.Attempts())-1]
+	acked := 0
+	for _, n := range st.VotesFor {
+		if st.ReplicaAcks != nil && st.ReplicaAcks[n] >= 1 {
+			acked++
+		}
+	}
+	if acked < rl.Quorum() {
+		t.Fatalf("%d nodes' replicas acknowledged the lock (ReplicaAcks %v), want a quorum of %d", acked, st.ReplicaAcks, rl.Quorum())
+	}
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// election: one leader at a time, terms numbered upward, across clients.
+func election(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	mine, theirs := newRedlock(t, nodes), goRedis(t, srv)
+	t1, err := mine.Election("e").Campaign(ctx, "a", 5*time.Second)
+	fatal(t, err)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = theirs.Election("e").Campaign(cctx, "b", 5*time.Second)
+	cancel()
+	if err == nil {
+		t.Fatal("two leaders at once")
+	}
+	if err := t1.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t2, err := theirs.Election("e").Campaign(ctx, "b", 5*time.Second)
+	fatal(t, err)
+	if t2.Number() <= t1.Number() {
+		t.Fatalf("term %d after term %d", t2.Number(), t1.Number())
+	}
+	ld, err := mine.Election("e").Leader(ctx)
+	fatal(t, err)
+	if ld.ID != "b" {
+		t.Fatalf("the leader seen through the driver is %q, want b", ld.ID)
+	}
+	_ = t2.Resign(ctx)
+}
+
+// semaphore: at most n holders, across clients.
+func semaphore(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv, nodes := servers(t, d, 3)
+	mine, theirs := newRedlock(t, nodes), goRedis(t, srv)
+	a, err := mine.Acquire(ctx, []string{"s"}, 5*time.Second, redlock.WithPermits(2))
+	fatal(t, err)
+	b, err := theirs.Acquire(ctx, []string{"s"}, 5*time.Second, redlock.WithPermits(2))
+	fatal(t, err)
+	if _, err := mine.Acquire(ctx, []string{"s"}, 5*time.Second, redlock.WithPermits(2), redlock.WithRetryCount(0)); !errors.Is(err, redlock.ErrResourceLocked) {
+		t.Fatalf("a third holder of 2 permits: %v, want ErrResourceLocked", err)
+	}
+	if _, err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mine.Acquire(ctx, []string{"s"}, 5*time.Second, redlock.WithPermits(2), redlock.WithRetryCount(-1))
+	fatal(t, err)
+	if _, err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fairQueue: waiters get the lock in the order they began waiting, each
+// handed it by the release before, woken by its announcement.
+func fairQueue(t *testing.T, d Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, nodes := servers(t, d, 3)
+	rl := newRedlock(t, nodes, redlock.WithFairQueue(true))
+	l, err := rl.Acquire(ctx, []string{"q"}, 20*time.Second)
+	fatal(t, err)
+	holds(t, srv, "q", l.Value())
+	order := make(chan int, 3)
+	for i := range 3 {
+		w := newRedlock(t, []driver.Node{d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr()), d.Node(t, srv[2].Addr())}, redlock.WithFairQueue(true))
+		go func() {
+			wl, err := w.Acquire(ctx, []string{"q"}, 5*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			order <- i
+			_, _ = wl.Release(ctx)
+		}()
+		queued(t, srv, "q", int64(i+1))
+	}
+	if _, err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for want := range 3 {
+		if got := <-order; got != want {
+			t.Fatalf("waiter %d got the lock in place %d", got, want)
+		}
+	}
+}
+
+// queued waits until every server queues n waiters for key.
+func queued(t *testing.T, srv []*redistest.Node, key string, n int64) {
+	t.Helper()
+	q := "redlock:queue:{" + key + "}:" + key
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range srv {
+		for s.Client().ZCard(context.Background(), q).Val() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("server %s queues %d waiters for %s, want %d", s.Addr(), s.Client().ZCard(context.Background(), q).Val(), key, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// oneServerTwice: a server reached under two names (here, directly and
+// through a proxy) votes once: the later name votes against.
+func oneServerTwice(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv := redistest.Start(t, 2)
+	px := redistest.NewProxy(t, srv[0].Addr())
+	twin := d.Node(t, px.Addr())
+	if !twin.Info().OneServer {
+		t.Skip("the driver's node of one server does not say OneServer: it is not asked its run_id")
+	}
+	rl := newRedlock(t, []driver.Node{d.Node(t, srv[0].Addr()), twin, d.Node(t, srv[1].Addr())})
+	for i := range 5 {
+		// A key each: the first round of the second name, sent before its
+		// server said who it is, may write its key there after the release.
+		l, err := rl.Acquire(ctx, []string{"twice" + strconv.Itoa(i)}, time.Second, redlock.WithRetryCount(0))
+		fatal(t, err)
+		for _, st := range l.Attempts() {
+			for _, n := range st.VotesFor {
+				if n == 1 {
+					t.Fatalf("lock %d: the second name of one server voted for it (votes for: %v)", i, st.VotesFor)
+				}
+			}
+		}
+		_, err = l.Release(ctx)
+		fatal(t, err)
+	}
+}
+
+// cluster: a Cluster as one node of three: locks on hash-tagged
+// resources, and a waiter woken by a release's sharded announcement.
+func cluster(t *testing.T, d Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	redistest.ByDesign(t, 7, 0, "sharded pub/sub (SSUBSCRIBE)")
+	cl := redistest.StartCluster(t, 3)
+	srv := redistest.Start(t, 2)
+	addrs := make([]string, len(cl))
+	for i, n := range cl {
+		addrs[i] = n.Addr()
+	}
+	nodes := []driver.Node{d.Cluster(t, addrs), d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr())}
+	if !nodes[0].Info().Cluster {
+		t.Fatal("a Cluster's node does not say Cluster")
+	}
+	rl := newRedlock(t, nodes)
+	for _, keys := range [][]string{{"{o}:1", "{o}:2"}, {"a"}, {"b"}, {"c"}, {"d"}} {
+		l, err := rl.Acquire(ctx, keys, 10*time.Second)
+		fatal(t, err)
+		if _, err := rl.Acquire(ctx, keys, time.Second, redlock.WithRetryCount(0)); !errors.Is(err, redlock.ErrResourceLocked) {
+			t.Fatalf("a second Acquire of %v on a Cluster: %v, want ErrResourceLocked", keys, err)
+		}
+		if _, err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		l, err := rl.Acquire(ctx, []string{k}, 20*time.Second)
+		fatal(t, err)
+		got := make(chan error, 1)
+		go func() {
+			wl, err := rl.Acquire(ctx, []string{k}, time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+			if err == nil {
+				_, err = wl.Release(context.Background())
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		if _, err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("a waiter for %s on a Cluster: %v (an hour's delay: only a wake ends it before the test's timeout)", k, err)
+		}
+	}
+}
+
+// fatal ends the test on err.
+func fatal(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// warm takes and releases key through rl.
+func warm(t *testing.T, rl *redlock.Redlock, key string) {
+	t.Helper()
+	l, err := rl.Acquire(context.Background(), []string{key}, time.Second)
+	fatal(t, err)
+	_, err = l.Release(context.Background())
+	fatal(t, err)
+}

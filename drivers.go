@@ -1,0 +1,145 @@
+package redlock
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/driver"
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
+	"github.com/go-redlock/redlock/internal/wake"
+)
+
+// New returns a Redlock over clients, one per independent Redis node. A
+// redis.Client, a FailoverClient (Sentinel) or a ClusterClient each count as
+// one node; on a Cluster, a multi-resource lock needs all its resources in one
+// hash slot (use a hash tag such as "{orders}:1").
+//
+// Give 1 node, or 3 or more: 3 nodes tolerate 1 failure, 5 tolerate 2 (an
+// even number tolerates no more than the odd number below it). New
+// refuses 2: their quorum is both nodes, so either one down stops every
+// lock, which makes them fail more often than 1 node would.
+//
+// opts become the defaults of every call. New returns an error matching
+// [ErrInvalidArgument] when clients is empty, holds exactly 2 clients,
+// holds a nil client or the same client twice, or a *redis.Ring, or when
+// an option is out of range. It refuses two clients with the same address
+// too (any database: several databases of one server are one server; for
+// ClusterClients, a shared seed address). It sends nothing to Redis. One
+// server reached by two names (localhost and 127.0.0.1) is found at the
+// first call each node answers, which reads its server's run_id (INFO
+// server; again once a second): the later node then votes against, with an
+// error that names both and matches ErrInvalidArgument, so that the server
+// counts once. A server whose ACL forbids INFO cannot be told apart this
+// way.
+func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	if len(clients) == 0 {
+		return nil, invalid("no clients: a Redlock needs at least one Redis client")
+	}
+	if len(clients) == 2 {
+		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
+			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
+	}
+	for i, c := range clients {
+		if isNil(c) {
+			return nil, invalid("clients[%d] is nil: give a client made by redis.NewClient, NewFailoverClient or NewClusterClient", i)
+		}
+		// The same client twice would let one node vote twice.
+		for j := range i {
+			if clients[j] == c {
+				return nil, invalid("clients[%d] is the same client as clients[%d]", i, j)
+			}
+		}
+		if err := notRing(c, "clients", i); err != nil {
+			return nil, err
+		}
+	}
+	if err := distinctServers(clients); err != nil {
+		return nil, err
+	}
+	nodes := make([]driver.Node, len(clients))
+	for i, c := range clients {
+		nodes[i] = driver.GoRedis(c)
+	}
+	return newRedlock(nodes, opts)
+}
+
+// NewFromNodes returns a Redlock over nodes of any Redis client, one per
+// independent Redis node: go-redis's through [driver.GoRedis], rueidis's
+// through the module github.com/go-redlock/redlock/redlockrueidis,
+// valkey-go's through github.com/go-redlock/redlock/redlockvalkey, or a
+// [driver.Node] of your own. One quorum may mix them. It refuses what [New]
+// refuses, naming nodes[i]; two nodes that are one server are those whose
+// Info says the same Addr (besides the run_id check at first contact, for
+// a node whose Info says OneServer).
+//
+// What only go-redis's clients get: a connection set up before the first
+// call, bounded by the node timeout (a far node's first call); a lane per
+// shard of a Cluster, so that a shard that hangs opens no breaker for the
+// others; and the check that a client's ReadTimeout outlasts
+// WithReplicaAck's wait.
+func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, invalid("no nodes: a Redlock needs at least one Redis node")
+	}
+	if len(nodes) == 2 {
+		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
+			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
+	}
+	var gr []redis.UniversalClient
+	seen := map[string]int{}
+	for i, n := range nodes {
+		if isNil(n) {
+			return nil, invalid("nodes[%d] is nil: give a node made by an adapter (redlockrueidis.Node, redlockvalkey.Node) or driver.GoRedis", i)
+		}
+		for j := range i {
+			if nodes[j] == n {
+				return nil, invalid("nodes[%d] is the same node as nodes[%d]", i, j)
+			}
+		}
+		if c, ok := driver.GoRedisClient(n); ok {
+			if err := notRing(c, "nodes", i); err != nil {
+				return nil, err
+			}
+			gr = append(gr, c)
+		}
+		if info := n.Info(); info.OneServer || info.Cluster {
+			if j, ok := seen[info.Addr]; ok {
+				return nil, invalid("nodes[%d] and nodes[%d] talk to the same server (%s), which would vote twice: "+
+					"give each independent node once", j, i, info.Addr)
+			}
+			seen[info.Addr] = i
+		}
+	}
+	if err := distinctServers(gr); err != nil {
+		return nil, err
+	}
+	return newRedlock(nodes, opts)
+}
+
+// notRing refuses a *redis.Ring: go-redis sends a script to the shard of
+// its first key, so a lock on [x y] and one on [y x] would run on
+// different shards, and both succeed.
+func notRing(c redis.UniversalClient, list string, i int) error {
+	if _, ok := c.(*redis.Ring); ok {
+		return invalid("%s[%d] is a *redis.Ring, which routes a script by its first key only, so two locks "+
+			"sharing a resource can both succeed on different shards: give each shard as its own *redis.Client node, "+
+			"or use a Redis Cluster (ClusterClient) with hash-tagged resources", list, i)
+	}
+	return nil
+}
+
+// newRedlock returns a Redlock over nodes, which the caller checked.
+func newRedlock(nodes []driver.Node, opts []Option) (*Redlock, error) {
+	def := defaultConfig()
+	cfg, err := with(&def, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redlock{cfg: cfg}
+	r.nodes = make([]*lane.Node, len(nodes))
+	for i, n := range nodes {
+		r.nodes[i] = lane.NewNode(i, n, &r.workers, cfg.nodeTimeout, &r.servers)
+	}
+	r.wake = wake.New(announcers(r.nodes), valueLen, script.HandedPrefix)
+	return r, nil
+}

@@ -1,0 +1,236 @@
+// Package redlockvalkey lets redlock reach its nodes through valkey-go
+// (github.com/valkey-io/valkey-go): Node makes a valkey.Client into a node of a
+// quorum, for redlock.NewFromNodes.
+//
+//	nodes := make([]driver.Node, len(addrs))
+//	for i, addr := range addrs {
+//		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}})
+//		if err != nil { ... }
+//		defer c.Close()
+//		nodes[i] = redlockvalkey.Node(c)
+//	}
+//	rl, err := redlock.NewFromNodes(nodes)
+//
+// A client of one server, of a Sentinel group (ClientOption.Sentinel) or of
+// a Redis Cluster is one node each. A node's calls go out on valkey-go's
+// pipelined connection, with every other command of the client: a round of
+// several calls is one DoMulti.
+package redlockvalkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	valkey "github.com/valkey-io/valkey-go"
+
+	"github.com/go-redlock/redlock/driver"
+)
+
+// Node returns the node of a valkey-go client. Its Info names the servers the
+// client knows when Node is called (valkey-go dials at once).
+func Node(c valkey.Client) driver.Node {
+	n := &node{c: c}
+	var addrs []string
+	for a := range c.Nodes() {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	switch c.Mode() {
+	case valkey.ClientModeCluster:
+		n.info = driver.Info{Addr: "cluster " + strings.Join(addrs, ","), Cluster: true}
+	case valkey.ClientModeSentinel:
+		n.info = driver.Info{Addr: "sentinel failover group"}
+	default:
+		n.info = driver.Info{Addr: strings.Join(addrs, ","), OneServer: true}
+	}
+	return n
+}
+
+type node struct {
+	c    valkey.Client
+	info driver.Info
+}
+
+func (n *node) Info() driver.Info { return n.info }
+
+// Do sends cmds in one DoMulti: on one connection in order, and on a
+// Cluster each at its Key's slot.
+func (n *node) Do(ctx context.Context, cmds []*driver.Cmd) {
+	multi := make(valkey.Commands, len(cmds))
+	for i, c := range cmds {
+		multi[i] = n.c.B().Arbitrary(strs(c.Args)...).Build()
+		if n.info.Cluster && c.Key != "" {
+			multi[i] = multi[i].SetSlot(c.Key)
+		}
+	}
+	if len(multi) == 1 {
+		cmds[0].Reply, cmds[0].Err = reply(n.c.Do(ctx, multi[0]))
+		return
+	}
+	for i, r := range n.c.DoMulti(ctx, multi...) {
+		cmds[i].Reply, cmds[i].Err = reply(r)
+	}
+}
+
+// strs returns args as the strings valkey-go sends.
+func strs(args []any) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			out[i] = v
+		case int:
+			out[i] = strconv.Itoa(v)
+		case int64:
+			out[i] = strconv.FormatInt(v, 10)
+		default:
+			out[i] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
+// reply reads r as driver.Cmd says: nil, int64, string, []any; an error
+// reply as a driver.ReplyError.
+func reply(r valkey.ValkeyResult) (any, error) {
+	m, err := r.ToMessage()
+	if err != nil {
+		return nil, convErr(err)
+	}
+	v, err := m.ToAny()
+	if err != nil {
+		return nil, convErr(err)
+	}
+	return conv(v), nil
+}
+
+// conv makes the errors inside an array reply driver.ReplyErrors.
+func conv(v any) any {
+	switch t := v.(type) {
+	case []any:
+		for i := range t {
+			t[i] = conv(t[i])
+		}
+	case error:
+		return convErr(t)
+	}
+	return v
+}
+
+// convErr maps valkey-go's errors to the driver's: an error reply, a nil
+// reply, a closed client.
+func convErr(err error) error {
+	if valkey.IsValkeyNil(err) {
+		return driver.Nil
+	}
+	if re, ok := valkey.IsValkeyErr(err); ok {
+		return driver.ReplyError(re.Error())
+	}
+	if errors.Is(err, valkey.ErrClosing) {
+		return errors.Join(driver.ErrClosed, err)
+	}
+	return err
+}
+
+// Subscribe subscribes with valkey-go's Receive, in a goroutine that calls it
+// again after a network error (valkey-go's Receive returns then).
+func (n *node) Subscribe(ctx context.Context, channel string, sharded bool) driver.Subscription {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &sub{events: make(chan driver.Event, 64), cancel: cancel, done: make(chan struct{})}
+	go s.run(ctx, n.c, channel, sharded)
+	return s
+}
+
+type sub struct {
+	events chan driver.Event
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	err    error // what ended it
+}
+
+// resubscribeAfter is how long a subscription whose connection failed
+// waits before it subscribes again.
+const resubscribeAfter = 100 * time.Millisecond
+
+func (s *sub) run(ctx context.Context, c valkey.Client, channel string, sharded bool) {
+	defer close(s.done)
+	send := func(ev driver.Event) {
+		select {
+		case s.events <- ev:
+		case <-ctx.Done():
+		}
+	}
+	hooked := valkey.WithOnSubscriptionHook(ctx, func(ps valkey.PubSubSubscription) {
+		if strings.HasSuffix(ps.Kind, "unsubscribe") {
+			send(driver.Event{Kind: driver.Unsubscribed})
+		} else {
+			send(driver.Event{Kind: driver.Subscribed})
+		}
+	})
+	for ctx.Err() == nil {
+		cmd := c.B().Subscribe().Channel(channel).Build()
+		if sharded {
+			cmd = c.B().Ssubscribe().Channel(channel).Build()
+		}
+		err := c.Receive(hooked, cmd, func(m valkey.PubSubMessage) {
+			send(driver.Event{Kind: driver.Message, Payload: m.Message})
+		})
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil && (valkey.IsValkeyNil(err) || isReply(err) || errors.Is(err, valkey.ErrClosing)) {
+			s.end(convErr(err)) // refused, or the client closed: asking again cannot help
+			return
+		}
+		// A network error, or the node ended it: again after a pause.
+		select {
+		case <-ctx.Done():
+		case <-time.After(resubscribeAfter):
+		}
+	}
+	s.end(ctx.Err())
+}
+
+func isReply(err error) bool { _, ok := valkey.IsValkeyErr(err); return ok }
+
+func (s *sub) end(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// Receive returns the next event, or what ended the subscription.
+func (s *sub) Receive(ctx context.Context) (driver.Event, error) {
+	select {
+	case ev := <-s.events:
+		return ev, nil
+	case <-ctx.Done():
+		return driver.Event{}, ctx.Err()
+	case <-s.done:
+		select {
+		case ev := <-s.events:
+			return ev, nil
+		default:
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.err == nil {
+			return driver.Event{}, context.Canceled
+		}
+		return driver.Event{}, s.err
+	}
+}
+
+// Close ends the subscription, and waits for its goroutine.
+func (s *sub) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
