@@ -22,8 +22,9 @@ import (
 func TestLayers(t *testing.T) {
 	const mod = "github.com/go-redlock/redlock/"
 	allowed := map[string][]string{
-		"internal/lane":   {"github.com/redis/go-redis/v9", mod + "internal/flight"},
-		"internal/wake":   {"github.com/redis/go-redis/v9", mod + "internal/flight"},
+		"driver":          {"github.com/redis/go-redis/v9"},
+		"internal/lane":   {"github.com/redis/go-redis/v9", mod + "driver", mod + "internal/flight", mod + "internal/slot"},
+		"internal/wake":   {mod + "driver", mod + "internal/flight"},
 		"internal/script": nil,
 		"internal/slot":   nil,
 		"internal/flight": nil,

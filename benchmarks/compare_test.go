@@ -91,6 +91,10 @@ var libraries = []library{
 	{name: "redlock, no hand-over (WithHandOver(0, 0))", make: newRedlock(redlock.WithHandOver(0, 0)), nodes: nodes, workloads: wContended + "," + wCross},
 	{name: "redlock, fair queue (WithFairQueue(true))", make: newRedlock(redlock.WithFairQueue(true)), nodes: nodes, workloads: wContended + "," + wCross},
 	{name: "redlock, fenced (WithFencing)", make: newRedlock(redlock.WithFencing(true)), nodes: nodes, workloads: inProcess},
+	// The client adapters: the same Redlock, its nodes through rueidis and
+	// valkey-go (one client per server each, as go-redis's row).
+	{name: "redlock over rueidis v1.0.79 (redlockrueidis)", make: newRedlockRueidis, nodes: nodes, workloads: wSeq + "," + wPar + "," + wContended},
+	{name: "redlock over valkey-go v1.0.79 (redlockvalkey)", make: newRedlockValkey, nodes: nodes, workloads: wSeq + "," + wPar + "," + wContended},
 	{name: "redsync v4.18.1", make: newRedsync, nodes: nodes},
 	{name: "floor (waits for every node)", make: newFloor, nodes: nodes, workloads: inProcess},
 	{name: "bsm/redislock v0.9.4 (1 node)", make: newBSM, nodes: 1},

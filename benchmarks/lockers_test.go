@@ -15,8 +15,13 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/driver"
+	"github.com/go-redlock/redlock/redlockrueidis"
+	"github.com/go-redlock/redlock/redlockvalkey"
 )
 
 // locker is what every library under comparison is driven through.
@@ -170,4 +175,39 @@ func (l floorLocker) Lock(ctx context.Context, key string, ttl time.Duration, wa
 		case <-time.After(100*time.Millisecond + time.Duration(mrand.Int64N(int64(200*time.Millisecond)))):
 		}
 	}
+}
+
+// newRedlockRueidis and newRedlockValkey return the maker of a Redlock
+// whose nodes are rueidis's (valkey-go's) clients of the same servers as
+// clients, with their defaults: the client adapters' rows.
+func newRedlockRueidis(clients []redis.UniversalClient) locker {
+	nodes := make([]driver.Node, len(clients))
+	for i, c := range clients {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.(*redis.Client).Options().Addr}, ForceSingleClient: true})
+		if err != nil {
+			panic(err)
+		}
+		nodes[i] = redlockrueidis.Node(rc)
+	}
+	rl, err := redlock.NewFromNodes(nodes)
+	if err != nil {
+		panic(err)
+	}
+	return redlockLocker{rl}
+}
+
+func newRedlockValkey(clients []redis.UniversalClient) locker {
+	nodes := make([]driver.Node, len(clients))
+	for i, c := range clients {
+		vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{c.(*redis.Client).Options().Addr}, ForceSingleClient: true})
+		if err != nil {
+			panic(err)
+		}
+		nodes[i] = redlockvalkey.Node(vc)
+	}
+	rl, err := redlock.NewFromNodes(nodes)
+	if err != nil {
+		panic(err)
+	}
+	return redlockLocker{rl}
 }
