@@ -7,7 +7,9 @@
 // # The algorithm
 //
 // A [Redlock] holds one go-redis client per node ([Open] makes them from a
-// node list; [New] takes yours). [Redlock.Acquire] writes a random value
+// node list; [New] takes yours), or any client's through package driver
+// ([NewFromNodes]; modules redlockrueidis and redlockvalkey adapt rueidis
+// and valkey-go). [Redlock.Acquire] writes a random value
 // under each resource on every node at once, with a script that is
 // all-or-nothing on each node. The lock is held when a quorum of n/2+1 nodes
 // voted for it, for as long as its validity:

@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"reflect"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock/driver"
@@ -69,8 +71,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 // valkey-go's through github.com/go-redlock/redlock/redlockvalkey, or a
 // [driver.Node] of your own. One quorum may mix them. It refuses what [New]
 // refuses, naming nodes[i]; two nodes that are one server are those whose
-// Info says the same Addr (besides the run_id check at first contact, for
-// a node whose Info says OneServer).
+// Info names a server in common (Servers: a Cluster through two clients
+// too), besides the run_id check at first contact for a node whose Info
+// says OneServer.
 //
 // What only go-redis's clients get: a connection set up before the first
 // call, bounded by the node timeout (a far node's first call); a lane per
@@ -85,14 +88,13 @@ func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
 			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
 	}
-	var gr []redis.UniversalClient
 	seen := map[string]int{}
 	for i, n := range nodes {
 		if isNil(n) {
 			return nil, invalid("nodes[%d] is nil: give a node made by an adapter (redlockrueidis.Node, redlockvalkey.Node) or driver.GoRedis", i)
 		}
 		for j := range i {
-			if nodes[j] == n {
+			if same(nodes[j], n) {
 				return nil, invalid("nodes[%d] is the same node as nodes[%d]", i, j)
 			}
 		}
@@ -100,18 +102,16 @@ func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 			if err := notRing(c, "nodes", i); err != nil {
 				return nil, err
 			}
-			gr = append(gr, c)
 		}
-		if info := n.Info(); info.OneServer || info.Cluster {
-			if j, ok := seen[info.Addr]; ok {
+		// One server, or one Cluster through two clients (go-redis names
+		// its seeds, rueidis the nodes it found): any address shared.
+		for _, a := range n.Info().Servers {
+			if j, ok := seen[a]; ok && j != i {
 				return nil, invalid("nodes[%d] and nodes[%d] talk to the same server (%s), which would vote twice: "+
-					"give each independent node once", j, i, info.Addr)
+					"give each independent node once", j, i, a)
 			}
-			seen[info.Addr] = i
+			seen[a] = i
 		}
-	}
-	if err := distinctServers(gr); err != nil {
-		return nil, err
 	}
 	return newRedlock(nodes, opts)
 }
@@ -126,6 +126,13 @@ func notRing(c redis.UniversalClient, list string, i int) error {
 			"or use a Redis Cluster (ClusterClient) with hash-tagged resources", list, i)
 	}
 	return nil
+}
+
+// same reports whether a and b are one node: equal, when their type can be
+// compared (a Node of a user's may be a struct that cannot).
+func same(a, b driver.Node) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 // newRedlock returns a Redlock over nodes, which the caller checked.

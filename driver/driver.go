@@ -53,6 +53,11 @@ type Info struct {
 	// run_id (INFO server) beside its first calls, so that one server
 	// reached by two names votes once.
 	OneServer bool
+	// Servers are the addresses (host:port) the client knows the node's
+	// servers by: the server's, a Cluster's seeds or nodes; none for a
+	// Sentinel group. Two nodes that share one are refused: they would
+	// vote twice.
+	Servers []string
 }
 
 // Cmd is one command of a Do: its arguments (strings and integers), and

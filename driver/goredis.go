@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"reflect"
 	"fmt"
 	"strings"
 
@@ -17,11 +18,19 @@ func GoRedis(c redis.UniversalClient) Node {
 	if c == nil {
 		return nil
 	}
+	if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil // a typed nil: (*redis.Client)(nil)
+	}
 	g := &goRedis{c: c}
 	g.cluster, _ = c.(*redis.ClusterClient)
 	g.info = Info{Addr: goRedisAddr(c), Cluster: g.cluster != nil}
-	if cl, ok := c.(*redis.Client); ok && cl.Options().Addr != "FailoverClient" {
-		g.info.OneServer = true // a FailoverClient's server changes at each failover
+	switch c := c.(type) {
+	case *redis.Client:
+		if o := c.Options(); o.Addr != "FailoverClient" { // a FailoverClient's server changes at each failover
+			g.info.OneServer, g.info.Servers = true, []string{o.Addr}
+		}
+	case *redis.ClusterClient:
+		g.info.Servers = c.Options().Addrs
 	}
 	return g
 }

@@ -32,9 +32,13 @@ import (
 	"github.com/go-redlock/redlock/driver"
 )
 
-// Node returns the node of a rueidis client. Its Info names the servers the
+// Node returns the node of a rueidis client, or nil for a nil client
+// (which redlock.NewFromNodes refuses). Its Info names the servers the
 // client knows when Node is called (rueidis dials at once).
 func Node(c rueidis.Client) driver.Node {
+	if c == nil {
+		return nil
+	}
 	n := &node{c: c}
 	var addrs []string
 	for a := range c.Nodes() {
@@ -43,11 +47,11 @@ func Node(c rueidis.Client) driver.Node {
 	sort.Strings(addrs)
 	switch c.Mode() {
 	case rueidis.ClientModeCluster:
-		n.info = driver.Info{Addr: "cluster " + strings.Join(addrs, ","), Cluster: true}
+		n.info = driver.Info{Addr: "cluster " + strings.Join(addrs, ","), Cluster: true, Servers: addrs}
 	case rueidis.ClientModeSentinel:
 		n.info = driver.Info{Addr: "sentinel failover group"}
 	default:
-		n.info = driver.Info{Addr: strings.Join(addrs, ","), OneServer: true}
+		n.info = driver.Info{Addr: strings.Join(addrs, ","), OneServer: true, Servers: addrs}
 	}
 	return n
 }
@@ -60,20 +64,42 @@ type node struct {
 func (n *node) Info() driver.Info { return n.info }
 
 // Do sends cmds in one DoMulti: on one connection in order, and on a
-// Cluster each at its Key's slot.
+// Cluster each at its Key's slot. A batch that ends with a WAIT goes on a
+// dedicated connection: on the client's shared pipeline, the WAIT would
+// hold up every command behind it (every other lock's calls) for as long
+// as it waits for the replicas.
 func (n *node) Do(ctx context.Context, cmds []*driver.Cmd) {
 	multi := make(rueidis.Commands, len(cmds))
+	waits := false
 	for i, c := range cmds {
 		multi[i] = n.c.B().Arbitrary(strs(c.Args)...).Build()
 		if n.info.Cluster && c.Key != "" {
 			multi[i] = multi[i].SetSlot(c.Key)
 		}
+		if name, _ := c.Args[0].(string); strings.EqualFold(name, "wait") || strings.EqualFold(name, "waitaof") {
+			waits = true
+		}
 	}
-	if len(multi) == 1 {
+	var res []rueidis.RedisResult
+	switch {
+	case waits:
+		err := n.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+			res = dc.DoMulti(ctx, multi...)
+			return nil
+		})
+		if res == nil {
+			for _, c := range cmds {
+				c.Err = convErr(err)
+			}
+			return
+		}
+	case len(multi) == 1:
 		cmds[0].Reply, cmds[0].Err = reply(n.c.Do(ctx, multi[0]))
 		return
+	default:
+		res = n.c.DoMulti(ctx, multi...)
 	}
-	for i, r := range n.c.DoMulti(ctx, multi...) {
+	for i, r := range res {
 		cmds[i].Reply, cmds[i].Err = reply(r)
 	}
 }
@@ -123,14 +149,23 @@ func conv(v any) any {
 	return v
 }
 
-// convErr maps rueidis's errors to the driver's: an error reply, a nil
-// reply, a closed client.
+// convErr maps rueidis's errors to the driver's: an error reply (as the
+// server sent it: rueidis drops the "ERR " of "ERR unknown command ...",
+// which the library reads, so it is put back before a message that starts
+// with no error code), a nil reply, a closed client.
 func convErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	if rueidis.IsRedisNil(err) {
 		return driver.Nil
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
-		return driver.ReplyError(re.Error())
+		msg := re.Error()
+		if !hasCode(msg) {
+			msg = "ERR " + msg
+		}
+		return driver.ReplyError(msg)
 	}
 	if errors.Is(err, rueidis.ErrClosing) {
 		return errors.Join(driver.ErrClosed, err)
@@ -185,17 +220,35 @@ func (s *sub) run(ctx context.Context, c rueidis.Client, channel string, sharded
 		if ctx.Err() != nil {
 			break
 		}
-		if err != nil && (rueidis.IsRedisNil(err) || isReply(err) || errors.Is(err, rueidis.ErrClosing)) {
-			s.end(convErr(err)) // refused, or the client closed: asking again cannot help
+		if err != nil && isReply(err) {
+			s.end(convErr(err)) // refused: asking again cannot help
 			return
 		}
-		// A network error, or the node ended it: again after a pause.
+		// A network error, the node ended it, or no connection (rueidis's
+		// ErrClosing: the client closed, or a failover or a Cluster's new
+		// topology closed the connection): again after a pause, until
+		// Close.
 		select {
 		case <-ctx.Done():
 		case <-time.After(resubscribeAfter):
 		}
 	}
 	s.end(ctx.Err())
+}
+
+// hasCode reports whether an error reply starts with an error code: a word
+// of capitals (WRONGTYPE, NOSCRIPT, MOVED), not the text that follows ERR.
+func hasCode(msg string) bool {
+	word, _, _ := strings.Cut(msg, " ")
+	if len(word) < 2 {
+		return false
+	}
+	for _, r := range word {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 func isReply(err error) bool { _, ok := rueidis.IsRedisErr(err); return ok }

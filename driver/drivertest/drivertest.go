@@ -16,6 +16,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,7 @@ var checks = []struct {
 	{"WakeOnRelease", wakeOnRelease},
 	{"Fencing", fencing},
 	{"ReplicaAck", replicaAck},
+	{"WaitHoldsUpNoOtherLock", waitHoldsUpNoOtherLock},
 	{"Election", election},
 	{"Semaphore", semaphore},
 	{"FairQueue", fairQueue},
@@ -250,9 +252,34 @@ func scriptsFlushed(t *testing.T, d Driver) {
 	}
 }
 
-// refusal: a server's error reply that no retry can change (WRONGTYPE)
-// ends the call after its first attempt, and names itself.
+// refusal: a server's error reply that no retry can change ends the call
+// after its first attempt, and names itself: a WRONGTYPE; the library's own
+// "ERR redlock: mixed kinds" (bad input: ErrInvalidArgument); an unknown
+// command (WAITAOF on a server before 7.2), which a client that drops
+// "ERR " from its errors (rueidis) would hide.
 func refusal(t *testing.T, d Driver) {
+	refusalWrongType(t, d)
+	ctx := context.Background()
+	_, nodes := servers(t, d, 3)
+	rl := newRedlock(t, nodes, redlock.WithRetryCount(10), redlock.WithRetryDelay(200*time.Millisecond))
+	sem, err := rl.Acquire(ctx, []string{"k"}, 5*time.Second, redlock.WithPermits(2))
+	fatal(t, err)
+	_, err = rl.Acquire(ctx, []string{"k"}, time.Second, redlock.WithShared(true))
+	var ee *redlock.ExecutionError
+	if !errors.As(err, &ee) || len(ee.Attempts) != 1 || !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("a shared lock on a semaphore: %v; want 1 attempt, matching ErrInvalidArgument", err)
+	}
+	_, _ = sem.Release(ctx)
+	if redistest.Version(t).AtLeast(7, 2) {
+		return
+	}
+	_, err = rl.Acquire(ctx, []string{"aof"}, time.Second, redlock.WithAOFAck(false, 1, 100*time.Millisecond), redlock.WithNodeTimeout(500*time.Millisecond))
+	if !errors.As(err, &ee) || len(ee.Attempts) != 1 || !strings.Contains(err.Error(), "lacks WAITAOF") {
+		t.Fatalf("WithAOFAck on %s: %v; want 1 attempt, the server's lack of WAITAOF named", redistest.Version(t), err)
+	}
+}
+
+func refusalWrongType(t *testing.T, d Driver) {
 	ctx := context.Background()
 	srv, nodes := servers(t, d, 3)
 	for _, s := range srv {
@@ -296,7 +323,8 @@ func faults(t *testing.T, d Driver) {
 	if err != nil {
 		t.Fatalf("a minority of 2 faulty nodes of 5: %v", err)
 	}
-	if took := time.Since(start); took > bound {
+	took := time.Since(start)
+	if took > bound {
 		t.Fatalf("Acquire with 2 faulty nodes of 5 took %v, bound %v", took, bound)
 	}
 	srv[2].Pause()
@@ -306,9 +334,11 @@ func faults(t *testing.T, d Driver) {
 	if err == nil {
 		t.Fatal("a lock granted with 3 faulty nodes of 5")
 	}
-	if took := time.Since(start); took > bound {
-		t.Fatalf("Acquire with 3 faulty nodes of 5 took %v, bound %v", took, bound)
+	refused := time.Since(start)
+	if refused > bound {
+		t.Fatalf("Acquire with 3 faulty nodes of 5 took %v, bound %v", refused, bound)
 	}
+	t.Logf("2 faulty nodes of 5 (paused, hung): granted in %v; 3 faulty: refused in %v (3 attempts; bound %v)", took, refused, bound)
 	_, _ = l.Release(ctx)
 	srv[2].Resume()
 	srv[3].Resume()
@@ -400,6 +430,40 @@ func replicaAck(t *testing.T, d Driver) {
 	}
 	if _, err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitHoldsUpNoOtherLock: while a lock waits for replicas that do not
+// answer (paused: each WAIT takes its whole timeout), a plain lock through
+// the same nodes is granted within its node timeout: a client's shared
+// connection must not queue it behind the WAIT.
+func waitHoldsUpNoOtherLock(t *testing.T, d Driver) {
+	ctx := context.Background()
+	primaries, replicas := redistest.StartWithReplicas(t, 3, 1)
+	nodes := make([]driver.Node, len(primaries))
+	for i, p := range primaries {
+		nodes[i] = d.Node(t, p.Addr())
+	}
+	rl := newRedlock(t, nodes, redlock.WithNodeTimeout(300*time.Millisecond))
+	warm(t, rl, "warm")
+	for _, r := range replicas {
+		r[0].Pause()
+		defer r[0].Resume()
+	}
+	acked := make(chan error, 1)
+	go func() {
+		_, err := rl.Acquire(ctx, []string{"acked"}, 10*time.Second, redlock.WithReplicaAck(1, 2*time.Second),
+			redlock.WithNodeTimeout(5*time.Second), redlock.WithRetryCount(0))
+		acked <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the WAITs are waiting
+	l, err := rl.Acquire(ctx, []string{"plain"}, 5*time.Second, redlock.WithRetryCount(0))
+	if err != nil {
+		t.Fatalf("a plain lock while another waits for paused replicas: %v", err)
+	}
+	_, _ = l.Release(ctx)
+	if err := <-acked; err == nil {
+		t.Fatal("a lock whose replicas were paused was granted with WithReplicaAck")
 	}
 }
 
@@ -508,7 +572,7 @@ func queued(t *testing.T, srv []*redistest.Node, key string, n int64) {
 }
 
 // oneServerTwice: a server reached under two names (here, directly and
-// through a proxy) votes once: the later name votes against.
+// through a proxy) votes once: the name that answered later votes against.
 func oneServerTwice(t *testing.T, d Driver) {
 	ctx := context.Background()
 	srv := redistest.Start(t, 2)
@@ -524,10 +588,10 @@ func oneServerTwice(t *testing.T, d Driver) {
 		l, err := rl.Acquire(ctx, []string{"twice" + strconv.Itoa(i)}, time.Second, redlock.WithRetryCount(0))
 		fatal(t, err)
 		for _, st := range l.Attempts() {
-			for _, n := range st.VotesFor {
-				if n == 1 {
-					t.Fatalf("lock %d: the second name of one server voted for it (votes for: %v)", i, st.VotesFor)
-				}
+			// Whichever name answered first is the server's; the other
+			// votes against.
+			if slices.Contains(st.VotesFor, 0) && slices.Contains(st.VotesFor, 1) {
+				t.Fatalf("lock %d: both names of one server voted for it (votes for: %v)", i, st.VotesFor)
 			}
 		}
 		_, err = l.Release(ctx)
@@ -550,6 +614,12 @@ func cluster(t *testing.T, d Driver) {
 	nodes := []driver.Node{d.Cluster(t, addrs), d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr())}
 	if !nodes[0].Info().Cluster {
 		t.Fatal("a Cluster's node does not say Cluster")
+	}
+	// The same Cluster through go-redis too (one seed): it would vote twice.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[:1]})
+	t.Cleanup(func() { _ = cc.Close() })
+	if _, err := redlock.NewFromNodes([]driver.Node{nodes[0], driver.GoRedis(cc), nodes[1]}); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("one Cluster as two nodes (through the client and go-redis): %v, want ErrInvalidArgument", err)
 	}
 	rl := newRedlock(t, nodes)
 	for _, keys := range [][]string{{"{o}:1", "{o}:2"}, {"a"}, {"b"}, {"c"}, {"d"}} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/driver"
+	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // evalBy is how a round sends its scripts.
@@ -262,6 +263,35 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 	if ask {
 		v, _ := cmds[0].Reply.(string)
 		return runID(v), isReply(cmds[0].Err)
+	}
+	return "", false
+}
+
+// run runs calls through the node's conn (runBatch). On a Cluster of
+// another client than go-redis (one lane for the whole Cluster), a batch
+// that waits for replicas goes as one round per slot, each ending with its
+// WAIT at that slot's primary, one after the other: WAIT counts the writes
+// before it on its connection, and the client routes it by its key's slot.
+// (Calls on one key share a slot, so none overtakes another on its key.)
+func (l *Lane) run(calls []*Call, ask bool) (id string, answered bool) {
+	nd := l.node
+	if !nd.isCluster || nd.cluster != nil || strictest(calls) == nil {
+		return runBatch(nd.conn, calls, ask, l.base)
+	}
+	var order []uint16
+	bySlot := map[uint16][]*Call{}
+	for _, c := range calls {
+		var s uint16
+		if len(c.Keys) > 0 {
+			s = slot.Of(c.Keys[0])
+		}
+		if _, ok := bySlot[s]; !ok {
+			order = append(order, s)
+		}
+		bySlot[s] = append(bySlot[s], c)
+	}
+	for _, s := range order {
+		runBatch(nd.conn, bySlot[s], false, l.base)
 	}
 	return "", false
 }

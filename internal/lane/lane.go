@@ -219,7 +219,7 @@ func (l *Lane) send(batch []*Call) bool {
 			for _, c := range again {
 				c.src = true
 			}
-			_, _ = runBatch(l.node.conn, again, false, l.base)
+			_, _ = l.run(again, false)
 		}
 		for i, c := range again {
 			c.res.First = &first[i]
@@ -414,7 +414,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	})
 	ask := how == bySHA && l.node.asking()
 	l.choose(calls, how)
-	if id, answered := runBatch(l.node.conn, calls, ask, l.base); answered {
+	if id, answered := l.run(calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
 	l.learn(calls, time.Since(sent))

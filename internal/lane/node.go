@@ -2,7 +2,6 @@ package lane
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Node is one member of the quorum: a client, and the lanes its calls take.
@@ -26,8 +24,8 @@ type Node struct {
 	// in its place (SetConn).
 	conn driver.Node
 	// isCluster is set for a Redis Cluster; cluster too when it is
-	// go-redis's: a lane per shard (another client's Cluster has one lane,
-	// and one per slot for the calls that wait for replicas).
+	// go-redis's: a lane per shard (another client's Cluster has the
+	// node's two lanes).
 	isCluster bool
 	cluster   *redis.ClusterClient
 	// one is the lane of a node that is one server; on a Cluster, the lane
@@ -39,7 +37,7 @@ type Node struct {
 	ackOne *Lane
 
 	mu     sync.Mutex
-	shards map[string]*Lane // Cluster: by the shard primary's address, or the slot (+ " acked")
+	shards map[string]*Lane // go-redis's Cluster: by the shard primary's address (+ " acked")
 	mapped atomic.Bool      // Cluster: a call has been answered, so the slot map is loaded
 
 	// Which server it is (identity.go): servers is the record shared by the
@@ -117,30 +115,22 @@ func (nd *Node) Flush() {
 // loaded its slot map (which it does on its first command, in a worker), it
 // is the node's own lane, so that looking the shard up never blocks the
 // caller. Another client's Cluster routes each call itself, on the node's
-// own lane; a call that waits for replicas takes a lane of its slot, whose
-// batches end with one WAIT at that slot's primary.
+// own lanes (its batches that wait for replicas send a WAIT per slot: see
+// runBatch).
 func (nd *Node) Lane(key string, acked bool) *Lane {
 	own := nd.one
 	if acked {
 		own = nd.ackOne
 	}
-	var addr string
-	switch {
-	case nd.isCluster && nd.cluster == nil:
-		if !acked {
-			return own
-		}
-		addr = "slot " + strconv.Itoa(int(slot.Of(key)))
-	case nd.cluster == nil || !nd.mapped.Load():
+	if nd.cluster == nil || !nd.mapped.Load() {
 		return own
-	default:
-		// With the slot map loaded this does not touch the network.
-		c, err := nd.cluster.MasterForKey(context.Background(), key)
-		if err != nil {
-			return own
-		}
-		addr = c.Options().Addr
 	}
+	// With the slot map loaded this does not touch the network.
+	c, err := nd.cluster.MasterForKey(context.Background(), key)
+	if err != nil {
+		return own
+	}
+	addr := c.Options().Addr
 	id := addr
 	if acked {
 		id += " acked"
