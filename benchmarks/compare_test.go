@@ -34,7 +34,7 @@ var (
 	duration   = flag.Duration("duration", 3*time.Second, "how long each library runs each workload")
 	nodeBench  = flag.Bool("node", true, "add node-redlock's column when benchmarks/node is installed (npm ci)")
 	reportFile = flag.String("report", "", "also write the table to this file")
-	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\", the raw-socket ceiling: \"ceiling\")")
+	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\", the raw-socket ceiling: \"ceiling\"; a name ending in $: that row alone, as \"redlock$\")")
 	workloads  = flag.String("workloads", "", "comma-separated: run only these workloads, of "+strings.Join(workloadNames, ", ")+" (default: all)")
 )
 
@@ -157,12 +157,16 @@ func TestCompare(t *testing.T) {
 		}
 		var r result
 		ran := false
-		l := lib.make(clientsFor(addrs, lib.nodes))
+		cs := clientsFor(addrs, lib.nodes)
+		l := lib.make(cs)
 		if lib.runs(wSeq) {
 			r.Seq, ran = sequential(t, l, "seq:"+lib.name), true
 		}
 		if lib.runs(wSlow) && lib.nodes == nodes { // the single-node reference has no minority to be slow
-			r.Slow, ran = sequential(t, lib.make(clientsFor(slowAddrs, lib.nodes)), "slow:"+lib.name), true
+			scs := clientsFor(slowAddrs, lib.nodes)
+			sl := lib.make(scs)
+			r.Slow, ran = sequential(t, sl, "slow:"+lib.name), true
+			closeRow(sl, scs)
 		}
 		if lib.runs(wPar) {
 			r.Par, ran = parallel(t, l, "par:"+lib.name), true
@@ -171,6 +175,10 @@ func TestCompare(t *testing.T) {
 			r.Handoffs, r.Busy, r.WaitP99, r.Violation = contended(t, l, "cont:"+lib.name)
 			ran = true
 		}
+		// Done with this row's locker and clients: a row that left its
+		// goroutines and connections behind made every later row slower
+		// (the rows of one run differed by up to 1.5x in their order).
+		closeRow(l, cs)
 		if ran {
 			rows = append(rows, row{lib.name, r, lib.nodes == nodes})
 			t.Logf("%s: %+v", lib.name, r)
@@ -250,13 +258,27 @@ type row struct {
 	quorum bool // it uses every node, so the slow-minority workload applies
 }
 
+// closeRow closes a row's locker, when it has a Close, and its clients.
+func closeRow(l locker, cs []redis.UniversalClient) {
+	if c, ok := l.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
 // selected reports whether -only selects the library.
 func selected(name string) bool {
 	if *only == "" {
 		return true
 	}
 	for _, p := range strings.Split(*only, ",") {
-		if p != "" && strings.HasPrefix(name, p) {
+		if exact, ok := strings.CutSuffix(p, "$"); ok {
+			if name == exact {
+				return true
+			}
+		} else if p != "" && strings.HasPrefix(name, p) {
 			return true
 		}
 	}

@@ -182,32 +182,51 @@ func (l floorLocker) Lock(ctx context.Context, key string, ttl time.Duration, wa
 // clients, with their defaults: the client adapters' rows.
 func newRedlockRueidis(clients []redis.UniversalClient) locker {
 	nodes := make([]driver.Node, len(clients))
+	var closers []func()
 	for i, c := range clients {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.(*redis.Client).Options().Addr}, ForceSingleClient: true})
 		if err != nil {
 			panic(err)
 		}
 		nodes[i] = redlockrueidis.Node(rc)
+		closers = append(closers, rc.Close)
 	}
 	rl, err := redlock.NewFromNodes(nodes)
 	if err != nil {
 		panic(err)
 	}
-	return redlockLocker{rl}
+	return adapterLocker{redlockLocker{rl}, closers}
 }
 
 func newRedlockValkey(clients []redis.UniversalClient) locker {
 	nodes := make([]driver.Node, len(clients))
+	var closers []func()
 	for i, c := range clients {
 		vc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{c.(*redis.Client).Options().Addr}, ForceSingleClient: true})
 		if err != nil {
 			panic(err)
 		}
 		nodes[i] = redlockvalkey.Node(vc)
+		closers = append(closers, vc.Close)
 	}
 	rl, err := redlock.NewFromNodes(nodes)
 	if err != nil {
 		panic(err)
 	}
-	return redlockLocker{rl}
+	return adapterLocker{redlockLocker{rl}, closers}
+}
+
+// adapterLocker is a Redlock over an adapter's clients, which its Close
+// closes too.
+type adapterLocker struct {
+	redlockLocker
+	closers []func()
+}
+
+func (l adapterLocker) Close() error {
+	err := l.rl.Close()
+	for _, c := range l.closers {
+		c()
+	}
+	return err
 }

@@ -2,8 +2,8 @@ package driver
 
 import (
 	"context"
-	"reflect"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
