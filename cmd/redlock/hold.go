@@ -305,16 +305,20 @@ func (h *holding) hold(nodes []node) (int, string) {
 		}
 		return nil
 	}
+	var other error // the last try that found a lock of another kind
 	for {
 		err = rl.Using(ctx, h.resources, h.ttl, fn, opts...)
 		// A lock of another kind holds it: the library ends the call at
 		// once, as retrying cannot change the kind; its holder may go, so
 		// the wait goes on as for any holder.
+		if err != nil && mixedKinds(err) != "" {
+			other = err
+		}
 		if err == nil || h.isHeld() || mixedKinds(err) == "" || !h.waitOn(ctx) {
 			break
 		}
 	}
-	return h.end(ctx, err)
+	return h.end(ctx, waitEnded(err, other))
 }
 
 // attempt is the acquire's observer: a lost attempt, made whole, lets

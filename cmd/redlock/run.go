@@ -377,6 +377,17 @@ func nodeTrouble(log *slog.Logger) func(error) {
 	}
 }
 
+// waitEnded returns what a wait that ended with err says: when the wait
+// ran out as a try began (the try cut short before it was made), the try
+// before it, which found a run of another kind (other), says what held the
+// resource, not "no quorum".
+func waitEnded(err, other error) error {
+	if other != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return other
+	}
+	return err
+}
+
 // acquire takes the lock, waiting as --wait says; a signal ends the wait.
 // It returns the lock, or nil and the exit code.
 func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.Lock, int) {
@@ -389,13 +400,18 @@ func (r *runner) acquire(rl *redlock.Redlock, sigs <-chan os.Signal) (*redlock.L
 	var lock *redlock.Lock
 	var err error
 	sig := untilSignal(w.ctx, sigs, nil, func(ctx context.Context) {
+		var other error // the last try that found a run of another kind
 		for {
 			lock, err = rl.Acquire(ctx, r.resources, r.ttl, opts...)
 			// A run of another kind (another --permits, --shared against
 			// --permits) holds it: the library ends the call at once, as
 			// retrying cannot change the kind; its holder may go, so the
 			// wait goes on as for any holder.
+			if err != nil && mixedKinds(err) != "" {
+				other = err
+			}
 			if err == nil || mixedKinds(err) == "" || !w.waitOn(ctx, r.wait) {
+				err = waitEnded(err, other)
 				return
 			}
 		}
