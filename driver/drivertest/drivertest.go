@@ -154,7 +154,7 @@ func lock(t *testing.T, d Driver) {
 		t.Fatal(err)
 	}
 	for _, s := range srv {
-		for !waitGone(s, "a") {
+		if !waitGone(s, "a") {
 			t.Fatalf("server %s still holds a after the release", s.Addr())
 		}
 	}
