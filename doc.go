@@ -33,6 +33,15 @@
 // call outlives its context. A node that stays silent votes against, and
 // its calls fail at once, unsent, until one probe call is answered.
 //
+// # How many nodes
+//
+// 1 node: a restart without its data hands the lock to the next caller
+// while its holder goes on. 2 nodes: the quorum is both, so either node
+// down stops every lock (no availability gained over 1 node), but a
+// restart without data lets no second holder in, as the other node still
+// holds the lock. 3 nodes tolerate 1 failure, 5 tolerate 2; an even number
+// tolerates no more than the odd number below it.
+//
 // # Primitives
 //
 // One engine runs every primitive; options on the calls you already make

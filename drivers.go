@@ -16,17 +16,15 @@ import (
 // one node; on a Cluster, a multi-resource lock needs all its resources in one
 // hash slot (use a hash tag such as "{orders}:1").
 //
-// Give 1 node, or 3 or more: 3 nodes tolerate 1 failure, 5 tolerate 2 (an
-// even number tolerates no more than the odd number below it). New
-// refuses 2: their quorum is both nodes, so either one down stops every
-// lock, which makes them fail more often than 1 node would.
+// Any number of nodes from 1 is taken; the package doc's "How many nodes"
+// says what 1, 2, 3 and 5 give.
 //
 // opts become the defaults of every call. New returns an error matching
-// [ErrInvalidArgument] when clients is empty, holds exactly 2 clients,
-// holds a nil client or the same client twice, or a *redis.Ring, or when
-// an option is out of range. It refuses two clients with the same address
-// too (any database: several databases of one server are one server; for
-// ClusterClients, a shared seed address). It sends nothing to Redis. One
+// [ErrInvalidArgument] when clients is empty, holds a nil client or the
+// same client twice, or a *redis.Ring, or when an option is out of range.
+// It refuses two clients with the same address too (any database: several
+// databases of one server are one server; for ClusterClients, a shared
+// seed address). It sends nothing to Redis. One
 // server reached by two names (localhost and 127.0.0.1) is found at the
 // first call each node answers, which reads its server's run_id (INFO
 // server; again once a second): the later node then votes against, with an
@@ -36,10 +34,6 @@ import (
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
-	}
-	if len(clients) == 2 {
-		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
-			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
 	}
 	for i, c := range clients {
 		if isNil(c) {
@@ -83,10 +77,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("no nodes: a Redlock needs at least one Redis node")
-	}
-	if len(nodes) == 2 {
-		return nil, invalid("2 nodes: the quorum of 2 nodes is both, so either node down stops every lock " +
-			"(2 nodes fail more often than 1): give 3 independent nodes, which tolerate 1 failure, or 5, which tolerate 2, or 1 node")
 	}
 	seen := map[string]int{}
 	for i, n := range nodes {

@@ -26,7 +26,7 @@ func (n listNode) Info() driver.Info { return driver.Info{Addr: n.addrs[0], Serv
 
 // NewFromNodes refuses what New refuses, naming nodes[i], with an error
 // (no panic): a nil node, a typed nil client, one node twice, one server
-// or one Cluster twice, 2 nodes.
+// or one Cluster twice. It takes 2 nodes, as New does.
 func TestNewFromNodesRefuses(t *testing.T) {
 	c := func(addr string) *redis.Client {
 		cl := redis.NewClient(&redis.Options{Addr: addr})
@@ -44,7 +44,6 @@ func TestNewFromNodesRefuses(t *testing.T) {
 		want  string
 	}{
 		{"none", nil, "no nodes"},
-		{"two", []driver.Node{a, b}, "2 nodes"},
 		{"nil", []driver.Node{a, nil, b}, "nodes[1] is nil"},
 		{"typed nil client", []driver.Node{a, driver.GoRedis((*redis.Client)(nil)), b}, "nodes[1] is nil"},
 		{"twice", []driver.Node{a, b, a}, "nodes[2] is the same node as nodes[0]"},
@@ -57,8 +56,12 @@ func TestNewFromNodesRefuses(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)
 		assert.Contains(t, err.Error(), tc.want, tc.name)
 	}
+	rl, err := redlock.NewFromNodes([]driver.Node{a, b})
+	require.NoError(t, err, "NewFromNodes(2 nodes)")
+	assert.Equal(t, 2, rl.Nodes())
+	require.NoError(t, rl.Close())
 	// Two of a type that cannot be compared: distinct, no panic.
-	rl, err := redlock.NewFromNodes([]driver.Node{listNode{[]string{"10.0.1.1:1"}}, listNode{[]string{"10.0.1.2:1"}}, a})
+	rl, err = redlock.NewFromNodes([]driver.Node{listNode{[]string{"10.0.1.1:1"}}, listNode{[]string{"10.0.1.2:1"}}, a})
 	require.NoError(t, err)
 	require.NoError(t, rl.Close())
 }

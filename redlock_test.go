@@ -84,7 +84,7 @@ func allNodes(n int) []int {
 
 // node-redlock §9 cases 2, 3 and 10, on 1, 2, 3 and 5 nodes.
 func TestAcquireExtendRelease(t *testing.T) {
-	for _, n := range []int{1, 3, 4, 5} { // New refuses 2 nodes
+	for _, n := range []int{1, 2, 3, 4, 5} {
 		for _, keys := range [][]string{{"{redlock}a"}, {"{redlock}a1", "{redlock}a2"}} {
 			t.Run(fmt.Sprintf("nodes=%d/keys=%d", n, len(keys)), func(t *testing.T) {
 				c := newNodes(t, n)
@@ -330,7 +330,7 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 }
 
 // Fixed: with an even n a 2:2 split is decided at once (node-redlock hangs
-// for ever here, as on a 1:1 split of 2 nodes, which New refuses now).
+// for ever here, as on a 1:1 split of 2 nodes).
 func TestEvenSplitDoesNotHang(t *testing.T) {
 	c := newNodes(t, 4)
 	c.Set(t, 2, "{redlock}s", "other", 0)
