@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -64,10 +65,25 @@ func validateTTL(ttl time.Duration, cfg *config) error {
 	case ttl%time.Millisecond != 0:
 		return invalid("ttl %v is not a whole number of milliseconds, which is what Redis takes: round it with ttl.Round(time.Millisecond)", ttl)
 	}
-	if d := drift(cfg.driftFactor, ttl); ttl <= d {
-		return invalid("ttl %v leaves no validity after the clock drift allowance of %v (WithDriftFactor): use a longer ttl", ttl, d)
+	if ttl <= drift(cfg.driftFactor, ttl) {
+		return invalid("ttl %v leaves no validity after the clock drift allowance of %v (WithDriftFactor): use a longer ttl",
+			ttl, driftAllowance(cfg.driftFactor, ttl))
 	}
 	return nil
+}
+
+// driftAllowance is the clock drift allowance as the docs give it,
+// round(f × ttl in ms) + 2ms, for the error that refuses a ttl too short
+// for it: drift caps it at the ttl, which would say a 1ms ttl's allowance
+// is 1ms. It stops at the largest whole-millisecond Duration rather than
+// overflow.
+func driftAllowance(f float64, ttl time.Duration) time.Duration {
+	const most = math.MaxInt64 / time.Millisecond
+	ms := math.Round(f*float64(ttl/time.Millisecond)) + 2
+	if ms >= float64(most) {
+		return most * time.Millisecond
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // validateResources refuses an empty list, an empty name, a name in the
