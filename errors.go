@@ -80,6 +80,7 @@ type ResourceLockedError struct {
 	Applied   int64 // how many resources the script applied to on that node
 	Requested int   // how many resources were requested
 	split     bool  // a semaphore's node that took other permits than the quorum's
+	restored  bool  // an extension's node that had lost the lock's keys, and got them written back
 }
 
 // Error implements the error interface.
@@ -89,6 +90,8 @@ func (e *ResourceLockedError) Error() string {
 		return "took other permits than the quorum's (contenders split the nodes)"
 	case e.Op == OpAcquire:
 		return "held by another lock"
+	case e.restored:
+		return "had lost the lock's keys (written back there, which is not a vote: only a node that still held the lock counts)"
 	case e.Applied > 0:
 		return fmt.Sprintf("no longer held by this lock on %d of its %d resources", int64(e.Requested)-e.Applied, e.Requested)
 	}

@@ -51,6 +51,11 @@ type extender struct {
 	// to run; end is nil outside it.
 	end *time.Timer
 	due bool
+	// gone is closed when a force release of the lock is heard (see
+	// lockLife.forced); forced is set when a wait saw it. Both belong to
+	// run.
+	gone   <-chan struct{}
+	forced bool
 }
 
 // run extends the lock shortly before each expiration until stop is closed
@@ -77,6 +82,7 @@ func (e *extender) run(ctx context.Context) {
 	}
 	e.end = time.NewTimer(time.Until(e.cancelPoint()))
 	defer e.end.Stop()
+	e.gone = e.lock.life.lostC()
 	var last error // the newest failed extension's error, since the last success
 	for {
 		if !e.wait(time.Until(e.lock.until()) - e.cfg.extensionThreshold) {
@@ -152,6 +158,12 @@ func (e *extender) extend(ctx, base context.Context, last error) (*Lock, error) 
 	case r := <-got:
 		return r.l, r.err
 	case <-e.end.C:
+	case <-e.gone:
+		// Force-released: fn is told now, not when the extension fails.
+		e.lose(ctx, e.lock.life.forcedError())
+		cancel()
+		<-got
+		return nil, e.err
 	}
 	// An extension that got through before the cancel point was acted on
 	// keeps the lock: its new validity is ahead.
@@ -184,9 +196,13 @@ func (e *extender) lose(ctx context.Context, err error) {
 	e.lock.life.reportLost(ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
 }
 
-// lostAtEnd loses the lock if a wait ended at the cancel point.
+// lostAtEnd loses the lock if a wait ended at the cancel point, or on a
+// force release.
 func (e *extender) lostAtEnd(ctx context.Context, last error) {
-	if e.due {
+	switch {
+	case e.forced:
+		e.lose(ctx, e.lock.life.forcedError())
+	case e.due:
 		e.lose(ctx, e.unextended(last, false))
 	}
 }
@@ -214,11 +230,17 @@ func (e *extender) wait(d time.Duration) bool {
 		case <-end:
 			e.due = true
 			return false
+		case <-e.gone:
+			e.forced = true
+			return false
 		case <-t.C:
 		}
 	}
 	select {
 	case <-e.stop:
+		return false
+	case <-e.gone:
+		e.forced = true
 		return false
 	default:
 		return true

@@ -134,6 +134,9 @@ func (r *Redlock) startRelease(lock *Lock, cfg *config) (handed, before bool) {
 		return false, true
 	}
 	again := lf.releasing.Swap(true)
+	if !again && lf.holder != nil {
+		r.wake.Unhold(lf.holder)
+	}
 	if lf.extends > 0 || again || lf.released.Load() || !r.handOver(lock, cfg) {
 		return false, false
 	}

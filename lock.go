@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/wake"
 )
 
 // Lock is a lock held on a quorum of nodes, as returned by Acquire and
@@ -67,6 +69,7 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 	l.life.until.Store(l.expiration.UnixNano())
 	l.life.last.Store(l.expiration.UnixNano())
 	l.life.lastTTL.Store(int64(p.ttl))
+	r.hold(l)
 	return l, nil
 }
 
@@ -129,6 +132,14 @@ type lockLife struct {
 	// one could restore its keys where nodes lost them (a tombstone of
 	// ForceRelease included) and bring back a lock that was lost.
 	gone atomic.Bool
+	// lost marks the nodes whose keys an extension wrote back, until an
+	// extension wins without them (see extension); made by lostNodes.
+	lostOn []atomic.Bool
+	// holder is the lock's place among the Waker's holders (see hold);
+	// forcedErr and lostCh, under mu, the force release heard.
+	holder    *wake.Holder
+	forcedErr *ExecutionError
+	lostCh    chan struct{}
 }
 
 // reportLost tells cfg's observer, once per lock, that it was lost.
@@ -248,7 +259,7 @@ func (l *Lock) Valid() bool {
 
 // live reports whether the handle is neither extended nor released.
 func (l *Lock) live() bool {
-	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load()
+	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load() && !l.life.gone.Load()
 }
 
 // Attempts returns a copy of the statistics of the attempts that produced

@@ -602,7 +602,6 @@ func TestALostLockStaysLost(t *testing.T) {
 	f.Nodes[1].Restart()
 	_, err = l.Extend(ctx, time.Minute)
 	require.ErrorIs(t, err, redlock.ErrLockExpired, "lost for good")
-	assert.ErrorContains(t, err, "stays lost")
 	in := inspect(t, f, "rr")
 	assert.NotEqual(t, redlock.Held, in.State, "%+v", in.Holders)
 }

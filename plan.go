@@ -72,6 +72,9 @@ type plan struct {
 	// from then on the extension sends nothing and makes no new attempt,
 	// since it would write back the keys that the release deletes.
 	abandon *atomic.Bool
+	// ext, for an extend, is what the call knows of the nodes that lost
+	// the lock (see lost.go).
+	ext *extension
 }
 
 // hook returns p's hooks.

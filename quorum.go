@@ -77,6 +77,9 @@ type attemptState struct {
 	abandon *atomic.Bool
 	// winner is, once an attempt with choices won, its quorum's choice.
 	winner atomic.Pointer[string]
+	// ext is an extension's record of the nodes that lost the lock
+	// (plan.ext); nil for other operations.
+	ext *extension
 }
 
 // attempt runs p on every node at once and collects votes until the outcome
@@ -97,7 +100,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, raises: p.raises, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
 		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
-	as.limit, as.abandon = as.deadline, p.abandon
+	as.limit, as.abandon, as.ext = as.deadline, p.abandon, p.ext
 	if p.ttl > 0 {
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
 	}

@@ -103,6 +103,8 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, spent("this Lock was already extended: extend the Lock that Extend returned")
 	case lock.life.releasing.Load():
 		return nil, spent("a release of the lock was attempted, so it may be gone")
+	case lock.life.forcedError() != nil:
+		return nil, lock.life.forcedError()
 	case lock.life.gone.Load():
 		return nil, spent("an earlier Extend found the lock gone from a quorum of nodes: a lost lock stays lost (acquire it again)")
 	case !lock.extending.CompareAndSwap(false, true):
@@ -114,6 +116,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	p := lock.extendPlan(ttl)
 	p.acked = lock.cfg.ack != nil
 	p.abandon = &lock.life.releasing
+	p.ext = r.newExtension(lock, cfg)
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.
@@ -125,12 +128,21 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	if o.err != nil {
 		lock.life.endExtend(lock.cut.Load())
 		lock.extending.Store(false)
-		if errors.Is(o.err, ErrLockExpired) {
+		expired := errors.Is(o.err, ErrLockExpired)
+		if o.tries > 0 {
+			// What it wrote back goes; all of the lock when it is lost.
+			p.ext.failedFor(r.size(), expired)
+		}
+		if expired {
 			// Gone from a quorum, or its validity over: the lock is lost.
 			lock.life.gone.Store(true)
+			r.unhold(lock.life)
 			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
 		}
 		return nil, o.err
+	}
+	for i := range p.ext.lost {
+		p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
 	}
 	lock.extended.Store(true)
 	nl := &Lock{

@@ -49,6 +49,9 @@ func (nc *nodeCall) Connecting() { nc.as.connecting(nc.i) }
 func (nc *nodeCall) Done(r lane.Result) {
 	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
 	nc.counter, nc.choice = rep.Counter, rep.Picks
+	if x := nc.as.ext; x != nil {
+		err = x.judge(nc.i, rep, err, nc.as.outcome.Load() == attemptWon)
+	}
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
 		err = judgeAcks(nc.Ack, r)
@@ -120,9 +123,16 @@ func (rc *releaseCall) Done(r lane.Result) {
 // release counts the keys both runs deleted.
 func judge(op Op, s *script.Script, resources int, r lane.Result) (script.Reply, error) {
 	rep, err := judgeOnce(op, s, resources, r)
-	if r.First != nil && op == OpRelease {
+	switch {
+	case r.First != nil && op == OpRelease:
 		_, first := judgeOnce(op, s, resources, *r.First)
 		err = rerun(first, err)
+	case r.First != nil && s.Restores:
+		// An extension whose first run wrote the keys back: its second
+		// run found them, but the node had lost them.
+		if f, ferr := judgeOnce(op, s, resources, *r.First); ferr != nil && f.Restored {
+			rep.Restored, err = true, ferr
+		}
 	}
 	return rep, err
 }
@@ -136,6 +146,8 @@ func judgeOnce(op Op, s *script.Script, resources int, r lane.Result) (script.Re
 	switch {
 	case err != nil:
 		return rep, err
+	case rep.Restored:
+		return rep, &ResourceLockedError{Op: op, Requested: rep.Resources, restored: true}
 	case !rep.Full():
 		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources}
 	}

@@ -129,8 +129,9 @@ return count
 
 // fairExtendSrc is extendSrc for a lock of the fair queue, whose resources
 // hold its value or its id (ARGV[3]), or nothing: a missing key is written
-// again with the value, as extendSrc does.
+// again with the value, as extendSrc does, and the node answers -#KEYS.
 const fairExtendSrc = `
+local lost = false
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
   if v and v ~= ARGV[1] and v ~= ARGV[3] then return 0 end
@@ -139,16 +140,18 @@ for _, key in ipairs(KEYS) do
   if redis.call("get", key) then
     redis.call("pexpire", key, ARGV[2])
   else
+    lost = true
     redis.call("set", key, ARGV[1], "PX", ARGV[2])
   end
 end
+if lost then return -#KEYS end
 return #KEYS
 `
 
 // The scripts of the fair queue. FairAcquire's answer is read as a
 // Counter script's: {applied, the node's time when it queued the waiter}.
 var (
-	FairExtend  = newScript(fairExtendSrc)
+	FairExtend  = &Script{Src: fairExtendSrc, Hash: newScript(fairExtendSrc).Hash, Restores: true}
 	FairAcquire = &Script{Src: fairAcquireSrc, Hash: newScript(fairAcquireSrc).Hash, Counter: true}
 	FairRelease = &Script{Src: fairReleaseSrc, Hash: newScript(fairReleaseSrc).Hash, Announces: true}
 )

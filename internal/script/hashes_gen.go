@@ -5,27 +5,27 @@ package script
 // hashes maps the FNV-1a fingerprint of each script's source to its SHA-1,
 // as EVALSHA names it (see hashes.go).
 var hashes = map[uint64]string{
-	0x7dab9cd752d3bb63: "b66264c80974b66ddc0a20acd55dcda40fea432c", // FairExtend
+	0x4f9869dc58ad9236: "b150dc1ec181170e3a0525f11cb1390aab75fad8", // FairExtend
 	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
 	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
 	0xca8b7503c98a229c: "0a557cc78c6c5d750e4614dea418661951e905b2", // Force
 	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
-	0x8a8aac57a0fb7837: "56582456bb9065c7c9c6ff730e66f1535b35e055", // Extend
+	0xe99851f6e6aae98a: "ef35f056f8b00957fe5a6114033df5e002d1186e", // Extend
 	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release
 	0x42264b585b7230db: "b18daa9eed5fb1c36f57c2a5bea02ae43f0fd3d0", // ReleaseSharded
 	0x77b13845d414a0fe: "17d2ce357f40d78d5ea533e09fecb1f4d2a03f0d", // Cleanup
 	0x8cc2040644fd3844: "36908a1acfc4ba7d2c2a9f3371c03f4dfc89b400", // FencedAcquire
 	0x3797d277c5d53de7: "e3f30183cc561e59162dd0c43f42ed01f9cbfe16", // WriteBack
-	0x1c225e4a71bb167e: "3ca9365a3c3568c513d24182db40da5f97236a8c", // FencedExtend
-	0xd70e792497beb6c3: "a199d5f428850877ad159a7d7ca1e13258334b3c", // ElectExtend
+	0xbd18ca959f5cf6e5: "ccfb253231a3b4dfa7eb8433248f9be282393085", // FencedExtend
+	0xd5a291fe782baba9: "5b913684d83cc5701bcd0344f4ec0d02668dbe98", // ElectExtend
 	0x3b6c89eddf228302: "288fa55b1f5e6d7b0d12bdbfb3cc2a74816f6ace", // Leader
 	0x57d3039635a6e7ff: "46e2c1af8f4434e52c95ac14cadbd37b03edee68", // PermitAcquire
-	0x9f3a21aeea2dd53d: "e1127ba8fb09068972d877b30b2d7e3a0d9e7718", // PermitExtend
+	0x9b8bff44634cc7c0: "766260017fdde729455845c71d95178a98716c95", // PermitExtend
 	0x2bd001abb5fad7a7: "fd9567bd28bc068f976cfd3de71893f3728168b8", // PermitRelease
 	0x1eeca182f3f2a61b: "2eb55a6afff77971313a6ff912f25bfeb7be1fad", // PermitCleanup
 	0x7f6c7c3295d97ad6: "417eae76b647f528a760085288512ccad1c32101", // SharedAcquire
-	0xa41738d088bed23a: "315b89cc329e8a7a317a197e85fd0dba128e4482", // SharedExtend
+	0xa85bd91d031fe8c3: "9572c07a0809779b2ef643134843e7b2c061c95d", // SharedExtend
 	0x76d17561cbd2815f: "93e84694a01707b777bad6c8004cd5862ee69831", // SharedRelease
 	0xeea96e38e0970bde: "4e1fd0c9028a22a1a21fb39b861db259f35edb94", // SharedCleanup
 }

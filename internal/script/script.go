@@ -79,17 +79,20 @@ return #KEYS
 	// the value again where a key is missing: a node that restarted empty,
 	// or that a slower extension (or the acquire) had not reached, takes the
 	// lock back, so that a lock held through a rolling restart keeps its
-	// spread instead of eroding node by node. A key that holds another value
-	// makes it write nothing on the node (see RELIABILITY.md, "Why it
-	// holds", for why restoring cannot make two holders).
+	// spread instead of eroding node by node. Such a node answers -#KEYS
+	// (Restored): it no longer held the lock, and its vote is against. A
+	// key that holds another value makes it write nothing on the node.
 	extendSrc = `
+local lost = false
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
   if v and v ~= ARGV[1] then return 0 end
+  if not v then lost = true end
 end
 for _, key in ipairs(KEYS) do
   redis.call("set", key, ARGV[1], "PX", ARGV[2])
 end
+if lost then return -#KEYS end
 return #KEYS
 `
 
@@ -199,12 +202,15 @@ for i = n + 1, #KEYS do
     return redis.error_reply("` + BadCounter + `" .. KEYS[i] .. " holds " .. string.sub(c, 1, 40) .. ", which is not a fencing token")
   end
 end
+local lost = false
 for i = 1, n do
+  if not redis.call("get", KEYS[i]) then lost = true end
   redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
 end
 for i = n + 1, #KEYS do
   if tonumber(redis.call("get", KEYS[i]) or "0") < t then redis.call("set", KEYS[i], ARGV[3]) end
 end
+if lost then return -n end
 return n
 `
 
@@ -247,6 +253,9 @@ type Script struct {
 	// ("publish", or "spublish" on a Cluster), then a channel per
 	// resource (see package redlock's scriptFor).
 	Announces bool
+	// Restores: an extension, which answers -n where it wrote back keys
+	// the node had lost (Reply.Restored).
+	Restores bool
 }
 
 // newScript makes the script of src, with the hash go generate wrote for
@@ -260,13 +269,13 @@ func newScript(src string) *Script {
 // The scripts.
 var (
 	Acquire        = newScript(acquireSrc)
-	Extend         = newScript(extendSrc)
+	Extend         = &Script{Src: extendSrc, Hash: newScript(extendSrc).Hash, Restores: true}
 	Release        = newScript(releaseSrc)
 	ReleaseSharded = newScript(releaseShardedSrc)
 	Cleanup        = newScript(cleanupSrc)
 	FencedAcquire  = &Script{Src: fencedAcquireSrc, Hash: newScript(fencedAcquireSrc).Hash, Counter: true}
 	WriteBack      = newScript(writeBackSrc)
-	FencedExtend   = newScript(fencedExtendSrc)
+	FencedExtend   = &Script{Src: fencedExtendSrc, Hash: newScript(fencedExtendSrc).Hash, Restores: true}
 )
 
 // Reply is what a script answered, read.
@@ -275,10 +284,14 @@ type Reply struct {
 	Resources int    // the resources it was given
 	Counter   uint64 // Counter scripts: the highest fencing counter of the resources
 	Picks     string // Picks scripts: the permit taken of each resource, "2" or "2,1"
+	// Restored: an extension applied, but the node had lost some of the
+	// lock's keys and it wrote them back: the node did not hold the lock.
+	Restored bool
 }
 
-// Full reports whether the script applied to every resource.
-func (r Reply) Full() bool { return r.Applied == int64(r.Resources) }
+// Full reports whether the script applied to every resource, and (an
+// extension) the node still held every one.
+func (r Reply) Full() bool { return r.Applied == int64(r.Resources) && !r.Restored }
 
 // Read reads s's answer res to a call on that many resources (a fenced
 // script's KEYS hold their counters too, a semaphore's its permits), or
@@ -324,6 +337,12 @@ func (s *Script) Read(res any, resources int) (Reply, error) {
 	if !ok {
 		return r, &UnexpectedError{res}
 	}
+	if n < 0 { // an extension that wrote back keys the node had lost
+		if !s.Restores || -n != int64(resources) {
+			return r, &UnexpectedError{res}
+		}
+		r.Restored, n = true, -n
+	}
 	r.Applied = n
 	return r, nil
 }
@@ -365,11 +384,14 @@ return ""
 // wrote the record. A term's first extension, right after its grant,
 // records it; the later ones mend a node that missed it or lost it. KEYS:
 // the lock key, its counter, its record; ARGV the value, the ttl, the term,
-// the id. It answers 1 when it extended, else 0.
+// the id. It answers 1 when it extended, -1 when it wrote the lock key back
+// (Restored), else 0.
 const electExtendSrc = `
 local v = redis.call("get", KEYS[1])
 if v and v ~= ARGV[1] then return 0 end
 redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+local held = 1
+if not v then held = -1 end
 local rec = ARGV[1] .. ":" .. ARGV[3] .. ":" .. ARGV[4]
 if redis.call("get", KEYS[3]) ~= rec then
   redis.call("set", KEYS[3], rec)
@@ -377,13 +399,13 @@ if redis.call("get", KEYS[3]) ~= rec then
 end
 local x = tonumber(redis.call("get", KEYS[2]) or "0")
 if x and x < tonumber(ARGV[3]) then redis.call("set", KEYS[2], ARGV[3]) end
-return 1
+return held
 `
 
 // The election's scripts. ElectExtend's KEYS are one lock key, its
 // counter and its record: one resource.
 var (
-	ElectExtend = newScript(electExtendSrc)
+	ElectExtend = &Script{Src: electExtendSrc, Hash: newScript(electExtendSrc).Hash, Restores: true}
 	Leader      = newScript(leaderSrc)
 )
 
@@ -497,10 +519,12 @@ return out
 local n = tonumber(ARGV[3])
 local m = #KEYS / (n + 1)
 local marker = "` + PermitsMarker + `" .. ARGV[3]
+local lost = false
 for r = 0, m - 1 do
   local b = r * (n + 1)
   local v = redis.call("get", KEYS[b + 1 + tonumber(ARGV[4 + r])])
   if v and v ~= ARGV[1] then return 0 end
+  if not v then lost = true end
   local mk = redis.call("get", KEYS[b + 1])
   if mk and mk ~= marker then return 0 end
 end
@@ -512,6 +536,7 @@ for r = 0, m - 1 do
     redis.call("set", KEYS[b + 1], marker, "PX", ttl)
   end
 end
+if lost then return -m end
 return m
 `
 
@@ -607,11 +632,13 @@ return #KEYS / 2
 	// (a writer's waiting mark included: the reader held it already); an
 	// exclusive lock or a semaphore there makes it write nothing.
 	sharedExtendSrc = nowLua + `
+local lost = false
 for i = 1, #KEYS, 2 do
   local v = redis.call("get", KEYS[i])
   if v and string.sub(v, 1, 14) ~= "` + SharedMarker + `" then return 0 end
   local s = redis.call("zscore", KEYS[i + 1], ARGV[1])
   if s and tonumber(s) < 0 then return 0 end -- force-released (a tombstone)
+  if not s or tonumber(s) <= now then lost = true end
 end
 local ttl = tonumber(ARGV[2])
 for i = 1, #KEYS, 2 do
@@ -624,6 +651,7 @@ for i = 1, #KEYS, 2 do
     redis.call("pexpire", KEYS[i], ttl)
   end
 end
+if lost then return -#KEYS / 2 end
 return #KEYS / 2
 `
 
@@ -674,11 +702,11 @@ return count
 // The scripts of semaphores (WithPermits) and shared locks (WithShared).
 var (
 	PermitAcquire = &Script{Src: permitAcquireSrc, Hash: newScript(permitAcquireSrc).Hash, Picks: true}
-	PermitExtend  = newScript(permitExtendSrc)
+	PermitExtend  = &Script{Src: permitExtendSrc, Hash: newScript(permitExtendSrc).Hash, Restores: true}
 	PermitRelease = &Script{Src: permitReleaseSrc, Hash: newScript(permitReleaseSrc).Hash, Announces: true}
 	PermitCleanup = newScript(permitCleanupSrc)
 	SharedAcquire = newScript(sharedAcquireSrc)
-	SharedExtend  = newScript(sharedExtendSrc)
+	SharedExtend  = &Script{Src: sharedExtendSrc, Hash: newScript(sharedExtendSrc).Hash, Restores: true}
 	SharedRelease = &Script{Src: sharedReleaseSrc, Hash: newScript(sharedReleaseSrc).Hash, Announces: true}
 	SharedCleanup = newScript(sharedCleanupSrc)
 )

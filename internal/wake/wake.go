@@ -92,6 +92,92 @@ type Waker struct {
 	// per-key subscription is opened on them for unknownRetry; their
 	// waiters wait their retry delay.
 	unknown map[int]time.Time
+	// holders are the held locks that listen for announcements of their
+	// own values, by value (its first valueLen bytes); holds counts Hold
+	// calls since the last sweep of holders that are over.
+	holders map[string][]*Holder
+	holds   int
+}
+
+// Holder is a held lock that hears the release announcements of its own
+// value (see Hold).
+type Holder struct {
+	keys []string
+	tags []string
+	lost func(node int, key string)
+	over func() bool
+}
+
+// Hold registers a held lock on keys whose announced values start with one
+// of tags (each valueLen bytes): an announcement from a node naming one of
+// keys with one of tags calls lost, outside the Waker's lock, as often as
+// it comes. It starts the shared subscriptions when none run (a Cluster's
+// per-key ones are opened only for waiters: a holder hears those while
+// they run). over reports whether the lock has ended (released, lost or
+// expired): a Hold now and then forgets such holders, so that a lock that
+// is never released costs nothing for good. It returns nil when the Waker
+// is closed. Unhold removes it.
+func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over func() bool) *Holder {
+	h := &Holder{keys: keys, tags: tags, lost: lost, over: over}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	if w.groups == nil {
+		w.start()
+	}
+	if w.holders == nil {
+		w.holders = map[string][]*Holder{}
+	}
+	if w.holds++; w.holds > 64 && w.holds > len(w.holders) {
+		w.sweep()
+	}
+	for _, t := range tags {
+		w.holders[t] = append(w.holders[t], h)
+	}
+	return h
+}
+
+// sweep forgets the holders that are over. Called with mu held.
+func (w *Waker) sweep() {
+	w.holds = 0
+	for t, hs := range w.holders {
+		hs = slices.DeleteFunc(hs, func(h *Holder) bool { return h.over() })
+		if len(hs) == 0 {
+			delete(w.holders, t)
+		} else {
+			w.holders[t] = hs
+		}
+	}
+}
+
+// Unhold removes h (nil: nothing).
+func (w *Waker) Unhold(h *Holder) {
+	if h == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range h.tags {
+		hs := slices.DeleteFunc(w.holders[t], func(o *Holder) bool { return o == h })
+		if len(hs) == 0 {
+			delete(w.holders, t)
+		} else {
+			w.holders[t] = hs
+		}
+	}
+}
+
+// Holding returns how many holders listen (for tests).
+func (w *Waker) Holding() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, hs := range w.holders {
+		n += len(hs)
+	}
+	return n
 }
 
 // sub is one subscription and its goroutine.
@@ -458,14 +544,23 @@ func (w *Waker) notify(payload string, node int) {
 	if len(payload) <= w.skip {
 		return // not one of ours
 	}
-	key := payload[w.skip:]
+	tag, key := payload[:w.skip], payload[w.skip:]
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, g := range w.byKey[key] {
 		if len(g.queue) == 0 {
 			continue
 		}
 		g.queue[0].poke()
+	}
+	var lost []*Holder
+	for _, h := range w.holders[tag] {
+		if slices.Contains(h.keys, key) {
+			lost = append(lost, h)
+		}
+	}
+	w.mu.Unlock()
+	for _, h := range lost {
+		h.lost(node, key)
 	}
 }
 
@@ -539,7 +634,7 @@ func (w *Waker) Close() (*flight.Flight, bool) {
 			wt.poke()
 		}
 	}
-	w.groups, w.byKey, w.keySubs, w.subs = nil, nil, nil, nil
+	w.groups, w.byKey, w.keySubs, w.subs, w.holders = nil, nil, nil, nil, nil
 	w.mu.Unlock()
 	closeAll(subs)
 	return &w.running, true

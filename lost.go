@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
+)
+
+// Lost means lost: how a holder learns that its lock is gone, and why it
+// never takes a lost lock back.
+//
+//   - An extension counts only the nodes that still held the lock. Where a
+//     key was missing it writes it back (a rolling restart keeps the
+//     lock's spread) but that node votes against; so does a node whose keys
+//     an earlier attempt or failed extension of the lock wrote back, until
+//     an extension wins without it.
+//   - A failed extension leaves nothing: what it wrote back is released,
+//     and when the lock is gone from a quorum, every node's copy is.
+//   - A force release reaches its holder at once: every held lock listens
+//     for the release announcements of its own value (the waiters'
+//     subscriptions), and one that names it ends the lock.
+
+// extension is one Extend call's record of the nodes that lost its lock.
+type extension struct {
+	lost    []atomic.Bool // the lock's (lockLife.lostOn)
+	failed  atomic.Bool   // the call failed: a write-back that lands later is undone
+	expired atomic.Bool   // it failed for good: any write that lands later is undone
+	drop    func(node int)
+}
+
+// judge turns node i's answer to the extension (rep, err) into its vote:
+// a node that wrote keys back, or whose keys were written back since the
+// lock last held a quorum without it, votes against. won: the attempt was
+// decided for already, so a write-back there is the spread the lock keeps.
+func (x *extension) judge(i int, rep script.Reply, err error, won bool) error {
+	switch {
+	case rep.Restored && !won:
+		x.lost[i].Store(true)
+	case err == nil && x.lost[i].Load():
+		err = &ResourceLockedError{Op: OpExtend, Requested: rep.Resources, restored: true}
+	}
+	// Read after lost was written: extend sets failed, then reads lost.
+	if x.failed.Load() && (rep.Restored || err == nil && x.expired.Load()) {
+		x.drop(i)
+	}
+	return err
+}
+
+// failedFor ends an Extend call that failed: it releases the lock where
+// the call wrote it back, or on every node when the lock is gone from a
+// quorum (expired), and so does each write of the call that lands later.
+func (x *extension) failedFor(n int, expired bool) {
+	x.expired.Store(expired)
+	x.failed.Store(true)
+	for i := range n {
+		if expired || x.lost[i].Load() {
+			x.drop(i)
+		}
+	}
+}
+
+// newExtension returns the record of one Extend of lock under cfg.
+func (r *Redlock) newExtension(lock *Lock, cfg *config) *extension {
+	return &extension{lost: lock.life.lostNodes(r.size()), drop: func(i int) { r.dropOn(lock, cfg, i) }}
+}
+
+// dropOn releases lock's keys on node i (the kind's release: only its own
+// value), sent on its own: a failed extension's write-back, or what is left
+// of a lock gone from a quorum.
+func (r *Redlock) dropOn(lock *Lock, cfg *config, i int) {
+	p := lock.releasePlan(lock.life.expiry())
+	nd := r.nodes[i]
+	s, args := scriptFor(nd, p.s, p.res, p.args)
+	rc := &releaseCall{s: s, cfg: cfg, node: nd, resources: len(p.res)}
+	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
+	nd.Lane(p.res[0], lock.cfg.ack != nil).Submit(&rc.Call)
+}
+
+// lostNodes returns the lock's record of the nodes whose keys an extension
+// wrote back (see extension), made on first use.
+func (lf *lockLife) lostNodes(n int) []atomic.Bool {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.lostOn == nil {
+		lf.lostOn = make([]atomic.Bool, n)
+	}
+	return lf.lostOn
+}
+
+// hold makes l listen for release announcements of its own value (its
+// fair waiter's id too): one from any node ends the lock (forced).
+func (r *Redlock) hold(l *Lock) {
+	tags := []string{l.value[:min(valueLen, len(l.value))]}
+	if fk, ok := l.kind.(fairKind); ok && fk.member != "" {
+		id := queueID(fk.member)
+		tags = append(tags, id[:min(valueLen, len(id))])
+	}
+	lf := l.life
+	lf.holder = r.wake.Hold(l.resources, tags, func(node int, key string) { lf.forced(r, node, key) }, lf.over)
+}
+
+// unhold stops lf listening (its release started, or it is lost).
+func (r *Redlock) unhold(lf *lockLife) {
+	if h := lf.holder; h != nil {
+		r.wake.Unhold(h)
+	}
+}
+
+// over reports whether the lock can no longer be held: released, lost, or
+// past its expiration (the Waker forgets such holders).
+func (lf *lockLife) over() bool {
+	return lf.releasing.Load() || lf.gone.Load() || !time.Now().Before(lf.expiry())
+}
+
+// forced ends the lock on node's announcement that key was released with
+// its value, unless its own release started: a force release, or a release
+// through a copy of its value. Every handle is spent, Using's context and
+// a term end, and its next Extend returns the error.
+func (lf *lockLife) forced(r *Redlock, node int, key string) {
+	if lf.releasing.Load() {
+		return
+	}
+	err := &ExecutionError{Op: OpExtend, Resources: []string{key}, sentinel: ErrLockExpired,
+		reason: fmt.Sprintf("force-released: node %d (%s) announced %q released from this lock's value; another caller may hold it now",
+			node, r.nodes[node].Addr(), key)}
+	lf.mu.Lock()
+	if lf.forcedErr != nil {
+		lf.mu.Unlock()
+		return
+	}
+	lf.forcedErr = err
+	if lf.lostCh == nil {
+		lf.lostCh = make(chan struct{})
+	}
+	close(lf.lostCh)
+	lf.mu.Unlock()
+	lf.gone.Store(true)
+	r.unhold(lf)
+}
+
+// lostC returns a channel closed when a force release of the lock was
+// heard.
+func (lf *lockLife) lostC() <-chan struct{} {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.lostCh == nil {
+		lf.lostCh = make(chan struct{})
+	}
+	return lf.lostCh
+}
+
+// forcedError returns the force release heard, or nil.
+func (lf *lockLife) forcedError() error {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.forcedErr == nil {
+		return nil
+	}
+	return lf.forcedErr
+}
+
+// reportForced tells the observer, once, that the lock was force-released.
+func (lf *lockLife) reportForced(ctx context.Context, cfg *config, resources []string) {
+	if err := lf.forcedError(); err != nil {
+		lf.reportLost(ctx, cfg, resources, err)
+	}
+}

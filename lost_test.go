@@ -1,0 +1,303 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+)
+
+// Lost means lost: an extension counts only the nodes that still held the
+// lock, a failed one leaves nothing behind, and a force release reaches its
+// holder at once. Each case is one a user or an operator met on real nodes
+// (issue 43), where the lock came back without its holder being told.
+
+// lostKinds are the kinds whose extensions write a lost key back: each
+// must count that node against.
+var lostKinds = []struct {
+	name string
+	opts []redlock.Option
+}{
+	{"plain", nil},
+	{"fenced", []redlock.Option{redlock.WithFencing(true)}},
+	{"permits", []redlock.Option{redlock.WithPermits(2)}},
+	{"shared", []redlock.Option{redlock.WithShared(true)}},
+	{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
+	{"term", nil},
+}
+
+// holding runs fn's holder (a Using of key, or a term of the election
+// key) until its context ends, and returns: a channel that receives the
+// lock's value once held, and one that receives the holder's error and
+// when its context ended.
+type ended struct {
+	err error
+	at  time.Time
+}
+
+func holding(rl *redlock.Redlock, kind, key string, ttl time.Duration, opts ...redlock.Option) (<-chan string, <-chan ended) {
+	held := make(chan string, 1)
+	done := make(chan ended, 1)
+	var at time.Time
+	fn := func(ctx context.Context) error {
+		v, _ := redlock.ValueFrom(ctx)
+		held <- v
+		<-ctx.Done()
+		at = time.Now()
+		return context.Cause(ctx)
+	}
+	go func() {
+		var err error
+		if kind == "term" {
+			err = rl.Election(key).Lead(context.Background(), "candidate", ttl, fn, opts...)
+		} else {
+			err = rl.Using(context.Background(), []string{key}, ttl, fn, opts...)
+		}
+		done <- ended{err, at}
+	}()
+	return held, done
+}
+
+// resourceOf is the key a kind's holder holds (an election's is its lock key).
+func resourceOf(kind, key string) string {
+	if kind == "term" {
+		return "redlock:election:" + key
+	}
+	return key
+}
+
+// waitEnded waits up to d for a holder to end, and returns how it ended.
+func waitEnded(t *testing.T, done <-chan ended, d time.Duration, what string) ended {
+	t.Helper()
+	select {
+	case e := <-done:
+		return e
+	case <-time.After(d):
+		t.Fatalf("%s: the holder went on for %v", what, d)
+	}
+	return ended{}
+}
+
+// freeEverywhere waits until no node holds anything of resource (Inspect:
+// no holder on any node).
+func freeEverywhere(t *testing.T, f *fixture, resource string) {
+	t.Helper()
+	var in redlock.Inspection
+	assert.Eventually(t, func() bool {
+		in = inspect(t, f, resource)
+		return len(in.Holders) == 0
+	}, 3*time.Second, 5*time.Millisecond, "%s left behind: %+v", resource, in.Holders)
+}
+
+// TestExtensionCountsOnlyHolders: a lock whose keys were deleted on every
+// node, or lost by a majority in restarts, is lost: its next extension
+// writes the keys back but counts no such node, fails, ends the holder's
+// context (matching ErrExtensionFailed and ErrLockExpired), and removes
+// what it wrote. Every kind, and a term. Before: the extension wrote the
+// keys back, counted them as votes, and the holder went on.
+func TestExtensionCountsOnlyHolders(t *testing.T) {
+	t.Parallel()
+	for _, k := range lostKinds {
+		for _, c := range []struct {
+			name string
+			lose func(f *fixture)
+		}{
+			{"deleted from every node", func(f *fixture) {
+				for _, p := range f.Peek {
+					require.NoError(t, p.FlushAll(context.Background()).Err())
+				}
+			}},
+			{"gone from a majority", func(f *fixture) {
+				f.Nodes[1].Restart()
+				f.Nodes[2].Restart()
+			}},
+		} {
+			t.Run(k.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				f := newNodes(t, 3, fast...)
+				key := "lost:" + k.name
+				opts := append([]redlock.Option{redlock.WithAutomaticExtensionThreshold(500 * time.Millisecond)}, k.opts...)
+				held, done := holding(f.rl, k.name, key, time.Second, opts...)
+				select {
+				case <-held:
+				case <-time.After(5 * time.Second):
+					t.Fatal("not held within 5 s")
+				}
+				// Every node holds it before it is lost (no acquire's write
+				// lands after).
+				require.Eventually(t, func() bool {
+					in := inspect(t, f, resourceOf(k.name, key))
+					return len(in.Holders) == 1 && in.Holders[0].Nodes == 3
+				}, 5*time.Second, 5*time.Millisecond)
+				c.lose(f)
+				e := waitEnded(t, done, 3*time.Second, c.name)
+				assert.ErrorIs(t, e.err, redlock.ErrExtensionFailed)
+				assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
+				freeEverywhere(t, f, resourceOf(k.name, key))
+			})
+		}
+	}
+}
+
+// TestFailedExtendLeavesNothing: five nodes, the lock's key taken by
+// another value on three and deleted on two. Extend fails (gone from a
+// quorum), and the two nodes it wrote back hold nothing of it after: a
+// force release of its value finds nothing (ErrNotHeld), and Inspect shows
+// no holder of its value. Before: the two nodes kept the old value with
+// the new ttl.
+func TestFailedExtendLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 5)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"k"}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, "k", l.Value())
+	for i := range 3 {
+		f.Set(t, i, "k", "other", time.Minute)
+	}
+	for i := 3; i < 5; i++ {
+		require.NoError(t, f.Peek[i].Del(ctx, "k").Err())
+	}
+	_, err = l.Extend(ctx, 2*time.Minute)
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	f.gone(t, 3, "k")
+	f.gone(t, 4, "k")
+	for i := range 3 {
+		assert.Equal(t, "other", f.Get(t, i, "k"), "node %d: another's key is left alone", i)
+	}
+	err = f.rl.ForceRelease(ctx, "k", l.Value())
+	assert.ErrorIs(t, err, redlock.ErrNotHeld)
+	assert.False(t, l.Valid(), "a lost lock is not Valid")
+	_, err = l.Extend(ctx, time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired, "spent for every handle")
+}
+
+// TestForceReleaseReachesItsHolder: the holder of a lock with a 10 s ttl
+// (next extension 9.5 s away) learns of a force release from its
+// announcement: its context ends, matching ErrExtensionFailed and
+// ErrLockExpired, long before the extension could tell it. Measured: the
+// time from ForceRelease returning to the holder's context ending, over 50
+// force releases (RELIABILITY.md, "Taking a lock back").
+func TestForceReleaseReachesItsHolder(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	operator, _ := ownRedlock(t, f, direct)
+	holder, _ := ownRedlock(t, f, direct)
+	const rounds = 50
+	var took, afterReturn []time.Duration // from ForceRelease's call, and from its return (negative: before it)
+	for i := range rounds {
+		key := fmt.Sprintf("fr:%d", i)
+		held, done := holding(holder, "plain", key, 10*time.Second)
+		v := <-held
+		settled(t, f, key, v)
+		began := time.Now()
+		require.NoError(t, operator.ForceRelease(ctx, key))
+		returned := time.Now()
+		// Another caller takes it at once; the old holder is told.
+		next, err := operator.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(0))
+		require.NoError(t, err, "the resource is free after the force release")
+		e := waitEnded(t, done, 2*time.Second, "force release")
+		require.ErrorIs(t, e.err, redlock.ErrExtensionFailed)
+		require.ErrorIs(t, e.err, redlock.ErrLockExpired)
+		require.ErrorContains(t, e.err, "force-released")
+		took = append(took, e.at.Sub(began))
+		afterReturn = append(afterReturn, e.at.Sub(returned))
+		_, err = next.Release(ctx)
+		require.NoError(t, err)
+	}
+	for _, ds := range [][]time.Duration{took, afterReturn} {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	}
+	t.Logf("%d force releases on 3 nodes, the holder's context ended: from ForceRelease's call p50 %v, p99 %v, max %v; "+
+		"from its return p50 %v, p99 %v, max %v", rounds, percentile(took, 0.5), percentile(took, 0.99), took[len(took)-1],
+		percentile(afterReturn, 0.5), percentile(afterReturn, 0.99), afterReturn[len(afterReturn)-1])
+}
+
+// TestForceReleaseByValueEndsOnlyThatHolder: of two permits' holders, the
+// one force-released by value ends at once; the other goes on.
+func TestForceReleaseByValueEndsOnlyThatHolder(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	operator, _ := ownRedlock(t, f, direct)
+	heldA, doneA := holding(f.rl, "plain", "sem", 10*time.Second, redlock.WithPermits(2))
+	heldB, doneB := holding(f.rl, "plain", "sem", 10*time.Second, redlock.WithPermits(2))
+	a, b := <-heldA, <-heldB
+	require.NoError(t, operator.ForceRelease(context.Background(), "sem", a))
+	e := waitEnded(t, doneA, 2*time.Second, "A force-released")
+	assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
+	select {
+	case e := <-doneB:
+		t.Fatalf("B ended though only A was named: %v", e.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, operator.ForceRelease(context.Background(), "sem", b))
+	waitEnded(t, doneB, 2*time.Second, "B force-released")
+}
+
+// TestForceReleasedExtendFailsAtOnce: a lock taken with Acquire hears its
+// force release: it is no longer Valid, and Extend returns an error
+// matching ErrLockExpired that says so, sending nothing.
+func TestForceReleasedExtendFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	operator, _ := ownRedlock(t, f, direct)
+	l, err := f.rl.Acquire(ctx, []string{"plain-fr"}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, "plain-fr", l.Value())
+	require.NoError(t, operator.ForceRelease(ctx, "plain-fr"))
+	require.Eventually(t, func() bool { return !l.Valid() }, 2*time.Second, time.Millisecond, "the force release was heard")
+	_, err = l.Extend(ctx, time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrLockExpired)
+	assert.ErrorContains(t, err, "force-released")
+}
+
+// TestForceReleaseWithoutAnnouncements: a holder whose subscriptions are
+// refused (an ACL user with no channels) hears no announcement; another
+// caller takes the force-released resource and releases it, so that its
+// keys are missing on every node. The holder's next extension writes them
+// back but counts no node, and ends its context: the time from the force
+// release is bounded by the extension (ttl 2 s, threshold 1 s). Before: the
+// extension restored the keys and the holder went on, not told.
+func TestForceReleaseWithoutAnnouncements(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	clients := make([]redis.UniversalClient, len(f.Nodes))
+	for i, p := range f.Peek {
+		require.NoError(t, p.Do(ctx, "ACL", "SETUSER", "deaf", "on", ">pw", "~*", "resetchannels", "+@all").Err())
+		c := redis.NewClient(&redis.Options{Addr: f.Nodes[i].Addr(), Username: "deaf", Password: "pw"})
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	holder, err := redlock.New(clients)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close() })
+	operator, _ := ownRedlock(t, f, direct)
+	held, done := holding(holder, "plain", "deaf", 2*time.Second, redlock.WithAutomaticExtensionThreshold(time.Second))
+	v := <-held
+	settled(t, f, "deaf", v)
+	require.NoError(t, operator.ForceRelease(ctx, "deaf"))
+	released := time.Now()
+	next, err := operator.Acquire(ctx, []string{"deaf"}, time.Minute, redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	_, err = next.Release(ctx)
+	require.NoError(t, err)
+	e := waitEnded(t, done, 3*time.Second, "the announcement lost")
+	assert.ErrorIs(t, e.err, redlock.ErrExtensionFailed)
+	assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
+	assert.False(t, strings.Contains(e.err.Error(), "force-released"), "no announcement was heard: %v", e.err)
+	t.Logf("no announcement: the holder's context ended %v after the force release (bounded by its next extension)", e.at.Sub(released))
+	freeEverywhere(t, f, "deaf")
+	assert.True(t, errors.Is(e.err, redlock.ErrLockExpired))
+}
