@@ -223,25 +223,36 @@ func TestForceReleaseReachesItsHolder(t *testing.T) {
 		percentile(afterReturn, 0.5), percentile(afterReturn, 0.99), afterReturn[len(afterReturn)-1])
 }
 
-// TestForceReleaseByValueEndsOnlyThatHolder: of two permits' holders, the
-// one force-released by value ends at once; the other goes on.
+// TestForceReleaseByValueEndsOnlyThatHolder: of two permits' holders (or
+// two readers), the one force-released by value ends at once; the other
+// goes on.
 func TestForceReleaseByValueEndsOnlyThatHolder(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
-	operator, _ := ownRedlock(t, f, direct)
-	heldA, doneA := holding(f.rl, "plain", "sem", 10*time.Second, redlock.WithPermits(2))
-	heldB, doneB := holding(f.rl, "plain", "sem", 10*time.Second, redlock.WithPermits(2))
-	a, b := <-heldA, <-heldB
-	require.NoError(t, operator.ForceRelease(context.Background(), "sem", a))
-	e := waitEnded(t, doneA, 2*time.Second, "A force-released")
-	assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
-	select {
-	case e := <-doneB:
-		t.Fatalf("B ended though only A was named: %v", e.err)
-	case <-time.After(300 * time.Millisecond):
+	for _, k := range []struct {
+		name string
+		opt  redlock.Option
+	}{{"permits", redlock.WithPermits(2)}, {"shared", redlock.WithShared(true)}} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f := newNodes(t, 3)
+			operator, _ := ownRedlock(t, f, direct)
+			heldA, doneA := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
+			heldB, doneB := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
+			a, b := <-heldA, <-heldB
+			require.NoError(t, operator.ForceRelease(context.Background(), "two", a))
+			e := waitEnded(t, doneA, 2*time.Second, "A force-released")
+			assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
+			assert.ErrorContains(t, e.err, "force-released")
+			select {
+			case e := <-doneB:
+				t.Fatalf("B ended though only A was named: %v", e.err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			require.NoError(t, operator.ForceRelease(context.Background(), "two", b))
+			e = waitEnded(t, doneB, 2*time.Second, "B force-released")
+			assert.ErrorContains(t, e.err, "force-released")
+		})
 	}
-	require.NoError(t, operator.ForceRelease(context.Background(), "sem", b))
-	waitEnded(t, doneB, 2*time.Second, "B force-released")
 }
 
 // TestForceReleasedExtendFailsAtOnce: a lock taken with Acquire hears its

@@ -9,7 +9,7 @@ var hashes = map[uint64]string{
 	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
 	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
-	0xca8b7503c98a229c: "0a557cc78c6c5d750e4614dea418661951e905b2", // Force
+	0x5025f7c0a17f4093: "2dfa47cb8b884ff2429a1f43d9d0ecb76d89fbce", // Force
 	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
 	0xe99851f6e6aae98a: "ef35f056f8b00957fe5a6114033df5e002d1186e", // Extend
 	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release

@@ -58,8 +58,8 @@ return {v or "", pt, redis.call("get", KEYS[2]) or "", waiters, readers, redis.c
 // (none: every holder). An exclusive lock's key, or a permit's, becomes a
 // Tombstone; a reader becomes a tombstone in the readers' set; a resource
 // left with no holder loses its marker. A fair lock's waiter that the
-// resource was handed to leaves the queue. Each freed resource is announced
-// as a release. Fencing counters are not touched. It answers how many
+// resource was handed to leaves the queue. Each removed holder is announced
+// as a release of its value, so that it hears it. Fencing counters are not touched. It answers how many
 // holders it removed.
 const forceSrc = nowLua + `
 local res, queue, readers = KEYS[1], KEYS[2], KEYS[3]
@@ -95,20 +95,19 @@ if string.sub(v, 1, 14) == "` + SharedMarker + `" then
   redis.call("zremrangebyscore", readers, 0, now)
   redis.call("zremrangebyscore", readers, -now, "(0")
   local rs = redis.call("zrangebyscore", readers, "(0", "+inf", "WITHSCORES")
-  local last, until_ = nil, now
+  local until_ = now
   for j = 1, #rs, 2 do
     if hit(rs[j]) then
       local u = tonumber(rs[j + 1]) + margin
       redis.call("zadd", readers, -u, rs[j])
       until_ = math.max(until_, u)
-      last = rs[j]
       count = count + 1
     end
   end
   if redis.call("pttl", readers) < until_ - now then redis.call("pexpire", readers, until_ - now) end
-  if redis.call("zcount", readers, "(0", "+inf") == 0 then
-    redis.call("del", res)
-    if last then announce(last) end
+  if redis.call("zcount", readers, "(0", "+inf") == 0 then redis.call("del", res) end
+  for j = 1, #rs, 2 do
+    if hit(rs[j]) then announce(rs[j]) end -- each reader hears it; a waiter wakes
   end
   return count
 end
