@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -27,12 +28,13 @@ import (
 //
 // ParseNodes returns an error matching [ErrInvalidArgument], quoting the
 // entry with its password masked and saying how to write it, for an empty
-// list or entry, a host:port without a port or with a port outside
-// 1-65535, a URL that does not parse, and one server given twice (the same
-// address in any database: the databases of one server are one server, and
-// would let it vote twice). It resolves no name, so two names of one
-// server (localhost and 127.0.0.1) pass here; see [New] for how a Redlock
-// finds them. A Cluster or a Sentinel group is one node whose client
+// list or entry, a URL whose user or password holds a comma (write it
+// %2C), a user or password in an entry that is not a URL, a host:port
+// without a port or with a port outside 1-65535, a URL that does not
+// parse, and one server given twice (the same address in any database:
+// the databases of one server are one server, and would let it vote
+// twice). It resolves no name, so two names of one server (localhost and
+// 127.0.0.1) pass here; see [New] for how a Redlock finds them. A Cluster or a Sentinel group is one node whose client
 // (redis.NewClusterClient, redis.NewFailoverClient) is made by the caller
 // and given to New.
 func ParseNodes(list string) ([]*redis.Options, error) {
@@ -41,11 +43,27 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 			"10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 (an environment variable that is not set gives an empty list)")
 	}
 	m := newMasker(list)
+	// Credentials that the split at commas cut, or that are not in a URL,
+	// are refused before any entry is parsed: what comes before such a
+	// piece may be the rest of its password, which no mask knows.
+	if m.split.to > 0 {
+		return nil, m.invalid("node %s: its user or password holds a comma, which separates the nodes of a list: "+
+			"write a comma in a password as %%2C (and a node with a user or password as redis://USER:PASSWORD@host:port)",
+			m.quote(m.split.from, m.split.to))
+	}
+	entries := strings.Split(list, ",")
+	for i := len(entries) - 1; i >= 0; i-- {
+		// The last: the entries before it may be pieces of its password.
+		if e := entries[i]; !strings.Contains(e, "://") && strings.Contains(e, "@") {
+			return nil, m.noURL(entries, i)
+		}
+	}
 	var opts []*redis.Options
 	seen := map[string]int{}
 	quoted := map[int]string{} // entry i as its errors quote it
+	cut := map[int]bool{}      // entry i's credential holds a / ? or #, which end it
 	at := 0
-	for i, e := range strings.Split(list, ",") {
+	for i, e := range entries {
 		from := at
 		at += len(e) + 1
 		lead := len(e) - len(strings.TrimLeftFunc(e, unicode.IsSpace))
@@ -54,11 +72,30 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 		if e == "" {
 			return nil, m.invalid("node list %s: entry %d is empty (two commas, or one at an end)", m.quote(0, len(list)), i+1)
 		}
+		if !strings.Contains(e, "://") && m.holds(from+lead, from+lead+len(e)) {
+			// A password= option in what is not a URL: the parser's
+			// words would quote a piece of it (port "1?password=ab").
+			return nil, m.noURL(entries, i)
+		}
+		cut[i] = m.holdsAny(from+lead, from+lead+len(e), "/?#")
 		o, err := parseNode(e)
+		if err != nil && cut[i] {
+			// The URL parser ends the user information at a / ? or #, so
+			// that the rest of the password is a path or a query to it,
+			// which its words may quote (database number "Ö@h:1").
+			return nil, m.invalid("node %s: a / ? or # in its user or password ends them: write them in a password "+
+				"as %%2F %%3F %%23 (the parser's words are left out: they may quote a piece of the password). "+
+				"A URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, or rediss:// for TLS", quoted[i])
+		}
 		if err != nil {
 			return nil, m.invalid("node %s: %s", quoted[i], err)
 		}
 		id := serverID(o)
+		if j, ok := seen[id]; ok && (cut[i] || cut[j]) {
+			// The address may be a piece of a password (unix://u:/p@/s).
+			return nil, m.invalid("node %s and node %s talk to the same server, which would vote twice: "+
+				"give each independent node once (and write a / ? or # in a password as %%2F %%3F %%23)", quoted[j], quoted[i])
+		}
 		if j, ok := seen[id]; ok {
 			return nil, m.invalid("node %s and node %s talk to the same server (%s), which would vote twice: "+
 				"give each independent node once", quoted[j], quoted[i], id)
@@ -76,10 +113,23 @@ func ParseNodes(list string) ([]*redis.Options, error) {
 // "://" to the last "@" before the next "://"; "user:password@" in an entry
 // without a scheme; and the values of password= options, to the next "&"
 // or "://".
+//
+// A credential that holds a comma is cut by the list's split into entries
+// of their own, which the parsers read as hosts, ports and databases, and
+// quote; a piece under 3 bytes is too short to look for in their words (a
+// "w" is in "write"). So ParseNodes refuses, before any parser sees it, a
+// URL whose user information holds a comma (split) and an entry that is
+// not a URL but holds a credential (holds), quoting each as masked. A / ?
+// or # cuts a credential too, for the URL parser, which quotes the rest as
+// a database or an option: its words are left out then (holdsAny).
 type masker struct {
 	list    string
 	secret  []bool   // list[i] is part of a credential
 	secrets []string // the credentials, and their passwords, 3 bytes or longer
+	// split is the first URL whose user information holds a comma, from
+	// its entry's start to the end of the entry that holds its "@"; to is
+	// 0 when there is none.
+	split struct{ from, to int }
 }
 
 func newMasker(list string) *masker {
@@ -109,6 +159,9 @@ func newMasker(list string) *masker {
 		start := i + k + 3
 		if at := strings.LastIndex(list[start:nextScheme(start)], "@"); at >= 0 {
 			mark(start, start+at)
+			if m.split.to == 0 && strings.Contains(list[start:start+at], ",") {
+				m.split.from, m.split.to = entryAround(list, i+k, start+at)
+			}
 		}
 		i = start
 	}
@@ -134,6 +187,48 @@ func newMasker(list string) *masker {
 		i = start
 	}
 	return m
+}
+
+// entryAround returns where the entries of list from the one holding
+// list[from] to the one holding list[to] start and end, less their blanks.
+func entryAround(list string, from, to int) (int, int) {
+	from = strings.LastIndexByte(list[:from], ',') + 1
+	if c := strings.IndexByte(list[to:], ','); c >= 0 {
+		to += c
+	} else {
+		to = len(list)
+	}
+	e := list[from:to]
+	return from + len(e) - len(strings.TrimLeftFunc(e, unicode.IsSpace)), from + len(strings.TrimRightFunc(e, unicode.IsSpace))
+}
+
+// noURL refuses entries[i], which holds a credential but is not a URL.
+func (m *masker) noURL(entries []string, i int) error {
+	from := 0
+	for _, e := range entries[:i] {
+		from += len(e) + 1
+	}
+	e := entries[i]
+	lead := len(e) - len(strings.TrimLeftFunc(e, unicode.IsSpace))
+	return m.invalid("node %s: a user or password in a node that is not a URL: "+
+		"write the node as redis://USER:PASSWORD@host:port (a comma in a password as %%2C)",
+		m.quote(from+lead, from+lead+len(strings.TrimSpace(e))))
+}
+
+// holds reports whether list[from:to] holds a byte of a credential.
+func (m *masker) holds(from, to int) bool {
+	return slices.Contains(m.secret[from:to], true)
+}
+
+// holdsAny reports whether a credential in list[from:to] holds a byte of
+// chars.
+func (m *masker) holdsAny(from, to int, chars string) bool {
+	for i := from; i < to; i++ {
+		if m.secret[i] && strings.IndexByte(chars, m.list[i]) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // quote returns list[from:to] quoted, each run of credential in it

@@ -158,6 +158,58 @@ func TestParseNodesNeverShowsAPassword(t *testing.T) {
 		}
 		assert.NotContains(t, err.Error(), c.secret, "a password in the error for %q", c.list)
 	}
+
+	// Pieces of 1 or 2 characters, before and after commas, which a look
+	// for the password's text cannot find (a "w" is in "write"): the whole
+	// error, exactly. ("redis://:p@ss,w@127.0.0.1:7411" quoted host
+	// "w@127.0.0.1"; "u@h:1" host "u@h".)
+	const split = ": its user or password holds a comma, which separates the nodes of a list: " +
+		"write a comma in a password as %2C (and a node with a user or password as redis://USER:PASSWORD@host:port)"
+	const bare = ": a user or password in a node that is not a URL: " +
+		"write the node as redis://USER:PASSWORD@host:port (a comma in a password as %2C)"
+	const ends = ": a / ? or # in its user or password ends them: write them in a password as %2F %3F %23 " +
+		"(the parser's words are left out: they may quote a piece of the password). " +
+		"A URL looks like redis://host:6379/0, with USER:PASSWORD@ before the host, or rediss:// for TLS"
+	for _, c := range []struct{ list, want string }{
+		{"redis://:p@ss,w@127.0.0.1:7411", `node "redis://xxxxx@127.0.0.1:7411"` + split},
+		{"redis://u:p,w@h:1", `node "redis://xxxxx@h:1"` + split},
+		{"redis://:a,b,c@h:1", `node "redis://xxxxx@h:1"` + split},
+		{"redis://:,@h:1", `node "redis://xxxxx@h:1"` + split},
+		{"redis://:a,bc@h:1", `node "redis://xxxxx@h:1"` + split},
+		{"redis://:ab,c@h:1", `node "redis://xxxxx@h:1"` + split},
+		{"redis://:ab,cd@h", `node "redis://xxxxx@h"` + split},
+		{"redis://:p@s/s,w@h:1", `node "redis://xxxxx@h:1"` + split},                   // a database cut from it
+		{"redis://:p@h:99999,w@h:1", `node "redis://xxxxx@h:1"` + split},               // a port cut from it
+		{"redis://:p@10.0.0.1:1,10.0.0.1:1,w@h:1", `node "redis://xxxxx@h:1"` + split}, // a server twice cut from it
+		{"10.0.0.9:1, rediss://:q,Z@h:1 ,10.0.0.8:1", `node "rediss://xxxxx@h:1"` + split},
+		{"redis://h1:1,u:p@h2:2", `node "redis://xxxxx@h2:2"` + split}, // or a node's redis:// left out
+		{"u@h:1", `node "xxxxx@h:1"` + bare},
+		{"a:1, pq@h:1", `node "xxxxx@h:1"` + bare},
+		{"u:p@h:1", `node "xxxxx@h:1"` + bare},
+		{"h:1?password=ab", `node "h:1?password=xxxxx"` + bare},
+		{"h?password=x:1,h?password=x:1", `node "h?password=xxxxx"` + bare},
+		{"a,b@h:1", `node "xxxxx@h:1"` + bare}, // "a" may be the password's
+		{"u:a,b@h:1", `node "xxxxx@h:1"` + bare},
+		{"10.0.0.1:1,,u:ab,cd@h:1", `node "xxxxx@h:1"` + bare},
+		{"a@b,c@h:1", `node "xxxxx@h:1"` + bare}, // "b" may be the password's
+		// A / ? or # ends the user information for the URL parser: the
+		// rest is a database or an option to it, which it quotes.
+		{"redis://:/x@h:1", `node "redis://xxxxx@h:1"` + ends},
+		{"redis://:p?q@h:1", `node "redis://xxxxx@h:1"` + ends},
+		{"redis://:p#q@h:1/0", `node "redis://xxxxx@h:1/0"` + ends},
+		{"unix://u:/a@/s,unix://u:/a@/s", `node "unix://xxxxx@/s" and node "unix://xxxxx@/s" talk to the same server, ` +
+			"which would vote twice: give each independent node once (and write a / ? or # in a password as %2F %3F %23)"},
+	} {
+		_, err := redlock.ParseNodes(c.list)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument, "ParseNodes(%q)", c.list)
+		assert.EqualError(t, err, "redlock: invalid argument: "+c.want, "ParseNodes(%q)", c.list)
+	}
+	// Written as the error says, the comma is the password's.
+	opts, err := redlock.ParseNodes("redis://:p@ss%2Cw@127.0.0.1:7411")
+	require.NoError(t, err)
+	require.Len(t, opts, 1)
+	assert.Equal(t, "p@ss,w", opts[0].Password)
+	assert.Equal(t, "127.0.0.1:7411", opts[0].Addr)
 }
 
 // An error quotes its entry as given, less the blanks around it, whatever
