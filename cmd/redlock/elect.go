@@ -369,7 +369,7 @@ func (k *termKeeper) keep(ctx context.Context, lost func(why string)) {
 			t.Stop()
 		case <-k.term.Context().Done():
 			t.Stop()
-			lost(fmt.Sprintf("%s: it could not be extended, another candidate took it or it expired (last extension: %s)", what, plain(extension(context.Cause(k.term.Context())))))
+			lost(fmt.Sprintf("%s: it was force-released, another candidate took it, or it expired (last extension: %s)", what, plain(extension(context.Cause(k.term.Context())))))
 			return
 		case <-t.C:
 			if time.Now().Before(k.until().Add(-k.killGrace - margin)) {

@@ -369,7 +369,8 @@ func (h *holding) end(ctx context.Context, err error) (int, string) {
 	if h.isHeld() {
 		switch {
 		case errors.Is(err, redlock.ErrExtensionFailed):
-			fmt.Fprintf(h.stderr, "redlock hold: the lock on %s was lost while held: %s\n", strings.Join(h.resources, ","), plain(err))
+			// The extension's own error: the library's wrapper names fn.
+			fmt.Fprintf(h.stderr, "redlock hold: the lock on %s was lost while held: %s\n", strings.Join(h.resources, ","), plain(extension(err)))
 			return exitLost, kindLost
 		case errors.Is(err, redlock.ErrLockExpired):
 			fmt.Fprintf(h.stderr, "redlock hold: the lock on %s was lost while held (force-released, or taken after it expired): %s\n",

@@ -26,8 +26,9 @@ gone. An election NAME's resource is redlock:election:NAME (or --election NAME).
 
 It shows the resource before, what it removed, and the resource after.
 Waiters are woken as by a release, and the fencing counter is kept (the next
-token is above the old holder's). The old holder finds out at its next
-extension, which fails: a "redlock run" holding it stops its command and
+token is above the old holder's). The old holder hears the release at once
+(one whose ACL user may not subscribe finds out at its next extension, which
+fails): a "redlock run" or "redlock elect" holding it stops its command and
 exits 79, a "redlock hold" exits 79.
 
 Exit codes:

@@ -613,7 +613,7 @@ func (k *keeper) run(ctx context.Context, lost func(why string)) {
 	margin := k.ttl / 10
 	lead := max(k.ttl/2, k.killGrace+2*margin) // extend when this much is left
 	for {
-		if !sleep(ctx, time.Until(k.lock.Expiration())-lead) {
+		if !k.untilDue(ctx, time.Until(k.lock.Expiration())-lead) {
 			return
 		}
 		// Extensions may be tried until the command must be told.
@@ -631,7 +631,7 @@ func (k *keeper) run(ctx context.Context, lost func(why string)) {
 				return // the command has exited
 			}
 			if errors.Is(err, redlock.ErrLockExpired) || !time.Now().Before(signalAt) {
-				why := "another holder has it, or it expired"
+				why := "it was force-released, another holder has it, or it expired"
 				if !errors.Is(err, redlock.ErrLockExpired) {
 					// Extensions kept failing until the command had to
 					// be told: say so, not only the last attempt's
@@ -647,6 +647,26 @@ func (k *keeper) run(ctx context.Context, lost func(why string)) {
 			}
 		}
 	}
+}
+
+// forcedPoll is how often the keeper looks whether its lock heard a force
+// release while it waits for the next extension.
+const forcedPoll = 50 * time.Millisecond
+
+// untilDue waits for d, or less when the lock stops being Valid first: a
+// force release of its value was heard (redlock release, or a program's
+// ForceRelease), and the Extend that follows fails at once without asking
+// the nodes, so the command is told now, not at the next extension. (An
+// acquired Lock has no channel for it: Valid says it, and it reads no
+// node.) It returns false when ctx ends first.
+func (k *keeper) untilDue(ctx context.Context, d time.Duration) bool {
+	due := time.Now().Add(d)
+	for k.lock.Valid() && time.Now().Before(due) {
+		if !sleep(ctx, min(time.Until(due), forcedPoll)) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // sleep waits for d, or returns false when ctx ends first.
