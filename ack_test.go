@@ -24,7 +24,7 @@ func TestSentinelNodeInAQuorum(t *testing.T) {
 	g := redistest.StartSentinel(t, 2, 3)
 	plain := redistest.Start(t, 2)
 	const nodeTimeout = 200 * time.Millisecond
-	f := redistest.New(t, redistest.Setup{On: plain}) // the clients of the two plain nodes (New refuses 2 alone)
+	f := redistest.New(t, redistest.Setup{On: plain}) // the clients of the two plain nodes
 	rl, err := redlock.New(append(f.Clients, g.Client()), redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryCount(0))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rl.Close() })

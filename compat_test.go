@@ -280,7 +280,7 @@ func checkClusterWake(t *testing.T, want support) {
 
 func checkSentinel(t *testing.T, _ support) {
 	g := redistest.StartSentinel(t, 1, 3)
-	f := redistest.New(t, redistest.Setup{Nodes: 2}) // the clients of two plain nodes (New refuses 2 alone)
+	f := redistest.New(t, redistest.Setup{Nodes: 2}) // the clients of two plain nodes
 	rl, err := redlock.New(append(f.Clients, g.Client()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rl.Close() })

@@ -137,7 +137,7 @@ func (r *Redlock) startRelease(lock *Lock, cfg *config) (handed, before bool) {
 	if !again && lf.holder != nil {
 		r.wake.Unhold(lf.holder)
 	}
-	if lf.extends > 0 || again || lf.released.Load() || !r.handOver(lock, cfg) {
+	if lf.extends > 0 || again || lf.released.Load() || lf.gone.Load() || !r.handOver(lock, cfg) {
 		return false, false
 	}
 	lf.handed = true

@@ -183,7 +183,10 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 			wg.Wait()
 			t.Logf("%d callers, %d calls in 2s with node 2 hung: peak %d goroutines parked on it, %d of redlock's in all",
 				callers, calls.Load(), peakParked.Load(), peak.Load())
-			assert.LessOrEqual(t, peakParked.Load(), int64(4), "redlock's goroutines parked on the hung node")
+			// 4 lanes' workers, and the subscription to the release
+			// announcements that the first held lock (warm's) opened
+			// before the node hung: it waits in its read until Close.
+			assert.LessOrEqual(t, peakParked.Load(), int64(4+1), "redlock's goroutines parked on the hung node")
 			// The count sees them at all (it once matched only the root
 			// package's goroutines, and measured 0: the lanes' workers are
 			// internal/lane's).
@@ -193,7 +196,7 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 			// always returned when the next call starts another; a loaded
 			// machine saw 10): a few, never a number that grows with the
 			// calls, as the 409 before.
-			assert.LessOrEqual(t, peak.Load(), int64(4+3*4), "redlock's goroutines")
+			assert.LessOrEqual(t, peak.Load(), int64(4+3*4+3), "redlock's goroutines (+3: a subscription per node)")
 			assert.Greater(t, calls.Load(), int64(100), "calls made meanwhile")
 		})
 	}

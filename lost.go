@@ -63,21 +63,24 @@ func (x *extension) failedFor(n int, expired bool) {
 	}
 }
 
-// newExtension returns the record of one Extend of lock under cfg.
-func (r *Redlock) newExtension(lock *Lock, cfg *config) *extension {
-	return &extension{lost: lock.life.lostNodes(r.size()), drop: func(i int) { r.dropOn(lock, cfg, i) }}
+// newExtension returns the record of p, an Extend of lock under cfg.
+func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
+	return &extension{lost: lock.life.lostNodes(r.size()), drop: func(i int) { r.dropOn(lock, cfg, p, i) }}
 }
 
-// dropOn releases lock's keys on node i (the kind's release: only its own
-// value), sent on its own: a failed extension's write-back, or what is left
-// of a lock gone from a quorum.
-func (r *Redlock) dropOn(lock *Lock, cfg *config, i int) {
-	p := lock.releasePlan(lock.life.expiry())
+// dropOn releases p's lock on node i, sent on its own, with the kind's
+// cleanup (only its own value, announcing nothing: the lock's holder would
+// take an announcement of its value for a force release): a failed
+// extension's write-back, or what is left of a lock gone from a quorum.
+func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int) {
+	s, keys, args := script.Cleanup, p.res, []any{lock.value}
+	if p.undo != nil {
+		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
+	}
 	nd := r.nodes[i]
-	s, args := scriptFor(nd, p.s, p.res, p.args)
 	rc := &releaseCall{s: s, cfg: cfg, node: nd, resources: len(p.res)}
-	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
-	nd.Lane(p.res[0], lock.cfg.ack != nil).Submit(&rc.Call)
+	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
+	nd.Lane(p.res[0], p.acked).Submit(&rc.Call)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension
@@ -92,15 +95,20 @@ func (lf *lockLife) lostNodes(n int) []atomic.Bool {
 }
 
 // hold makes l listen for release announcements of its own value (its
-// fair waiter's id too): one from any node ends the lock (forced).
+// fair waiter's id too): one from any node ends the lock (forced). With
+// WithWakeOnRelease(false) it opens no subscription: it hears them while
+// another call's subscriptions run.
 func (r *Redlock) hold(l *Lock) {
 	tags := []string{l.value[:min(valueLen, len(l.value))]}
 	if fk, ok := l.kind.(fairKind); ok && fk.member != "" {
 		id := queueID(fk.member)
 		tags = append(tags, id[:min(valueLen, len(id))])
 	}
-	lf := l.life
-	lf.holder = r.wake.Hold(l.resources, tags, func(node int, key string) { lf.forced(r, node, key) }, lf.over)
+	lf, cfg, res := l.life, l.cfg, l.resources
+	lf.holder = r.wake.Hold(res, tags, func(node int, key string) {
+		lf.forced(r, node, key)
+		lf.reportForced(context.Background(), cfg, res) // once per lock, whoever learns it first
+	}, lf.over, cfg.wake)
 }
 
 // unhold stops lf listening (its release started, or it is lost).
@@ -128,17 +136,17 @@ func (lf *lockLife) forced(r *Redlock, node int, key string) {
 		reason: fmt.Sprintf("force-released: node %d (%s) announced %q released from this lock's value; another caller may hold it now",
 			node, r.nodes[node].Addr(), key)}
 	lf.mu.Lock()
-	if lf.forcedErr != nil {
+	if lf.forcedErr != nil || lf.handed {
 		lf.mu.Unlock()
 		return
 	}
 	lf.forcedErr = err
+	lf.gone.Store(true) // under mu: startRelease hands no lost lock over
 	if lf.lostCh == nil {
 		lf.lostCh = make(chan struct{})
 	}
 	close(lf.lostCh)
 	lf.mu.Unlock()
-	lf.gone.Store(true)
 	r.unhold(lf)
 }
 

@@ -45,8 +45,9 @@ type plan struct {
 	// (quorum.attempt).
 	choices bool
 	// undo, when set, is the script that releases a failed attempt's
-	// writes, on undoKeys with ARGV value, undoArgs... (a kind's own);
-	// else script.Cleanup on the resources.
+	// writes (an acquire's), or a failed extension's (see dropOn), on
+	// undoKeys with ARGV value, undoArgs... (a kind's own); else
+	// script.Cleanup on the resources.
 	undo     *script.Script
 	undoKeys []string
 	undoArgs []any

@@ -116,7 +116,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	p := lock.extendPlan(ttl)
 	p.acked = lock.cfg.ack != nil
 	p.abandon = &lock.life.releasing
-	p.ext = r.newExtension(lock, cfg)
+	p.ext = r.newExtension(lock, cfg, p)
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.

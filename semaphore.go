@@ -70,6 +70,7 @@ func (k semaphoreKind) extend(l *Lock, ttl time.Duration) *plan {
 	p := extendPlan(l.resources, l.value, l.until(), ttl)
 	p.keys, p.s = k.keys(l.resources), script.PermitExtend
 	p.args = append(append(p.args, k.permits), k.picks...)
+	p.undo, p.undoKeys, p.undoArgs = script.PermitCleanup, p.keys, []any{k.permits}
 	return p
 }
 

@@ -43,6 +43,7 @@ func (k sharedKind) won(*plan, *outcome) kind { return k }
 func (k sharedKind) extend(l *Lock, ttl time.Duration) *plan {
 	p := extendPlan(l.resources, l.value, l.until(), ttl)
 	p.keys, p.s = k.keys(l.resources), script.SharedExtend
+	p.undo, p.undoKeys = script.SharedCleanup, p.keys
 	return p
 }
 

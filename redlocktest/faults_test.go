@@ -366,15 +366,15 @@ func TestHealWhenThePortIsTaken(t *testing.T) {
 func TestOneAndFiveNodes(t *testing.T) {
 	ctx := context.Background()
 	one := redlocktest.New(t, 1)
-	rl, err := redlock.Open(one.List())
+	rl1, err := redlock.Open(one.List())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = rl.Close() })
-	_, err = rl.Acquire(ctx, []string{"r"}, time.Minute)
+	t.Cleanup(func() { _ = rl1.Close() }) // its own variable: rl is another Redlock below
+	_, err = rl1.Acquire(ctx, []string{"r"}, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, one.Lose("r"))
 
 	five := redlocktest.New(t, 5)
-	rl = newRedlock(t, five)
+	rl := newRedlock(t, five)
 	warm(t, rl)
 	five.Down(0)
 	five.Hang(3)

@@ -168,8 +168,7 @@ func TestLoseErrors(t *testing.T) {
 	assert.EqualError(t, err, `redlocktest: Lose("nobody") after Close`)
 }
 
-// Lose works on any number of nodes (redlock.New refuses 2, which the kit
-// starts all the same), and on a lock another client took with its own
+// Lose works on any number of nodes (2 among them), and on a lock another client took with its own
 // value (a SET NX, node-redlock).
 func TestLoseOnTwoNodes(t *testing.T) {
 	nodes := redlocktest.New(t, 2)

@@ -69,8 +69,8 @@ func Start(n int) (*Nodes, error) {
 		ns.clients = append(ns.clients, redis.NewClient(&redis.Options{Addr: p.addr}))
 		direct := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		ns.direct = append(ns.direct, direct)
-		// One Redlock per node, so that Lose works on any number of nodes
-		// (New refuses 2), and a node timeout far above an in-process round
+		// One Redlock per node, so that Lose works on any number of nodes,
+		// and a node timeout far above an in-process round
 		// trip: Lose must reach every node even on a machine under load.
 		admin, err := redlock.New([]redis.UniversalClient{direct}, redlock.WithNodeTimeout(time.Second))
 		if err != nil {

@@ -111,20 +111,20 @@ type Holder struct {
 // Hold registers a held lock on keys whose announced values start with one
 // of tags (each valueLen bytes): an announcement from a node naming one of
 // keys with one of tags calls lost, outside the Waker's lock, as often as
-// it comes. It starts the shared subscriptions when none run (a Cluster's
-// per-key ones are opened only for waiters: a holder hears those while
-// they run). over reports whether the lock has ended (released, lost or
+// it comes. With subscribe, it starts the shared subscriptions when none
+// run (a Cluster's per-key ones are opened only for waiters: a holder hears
+// those while they run). over reports whether the lock has ended (released, lost or
 // expired): a Hold now and then forgets such holders, so that a lock that
 // is never released costs nothing for good. It returns nil when the Waker
 // is closed. Unhold removes it.
-func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over func() bool) *Holder {
+func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over func() bool, subscribe bool) *Holder {
 	h := &Holder{keys: keys, tags: tags, lost: lost, over: over}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil
 	}
-	if w.groups == nil {
+	if w.groups == nil && subscribe {
 		w.start()
 	}
 	if w.holders == nil {
