@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // Lost means lost: an extension counts only the nodes that still held the
@@ -311,4 +312,73 @@ func TestForceReleaseWithoutAnnouncements(t *testing.T) {
 	t.Logf("no announcement: the holder's context ended %v after the force release (bounded by its next extension)", e.at.Sub(released))
 	freeEverywhere(t, f, "deaf")
 	assert.True(t, errors.Is(e.err, redlock.ErrLockExpired))
+}
+
+// TestFailedExtendKeepsALockOnAQuorum: node 0 lost the key and node 1
+// hangs, so an Extend fails for want of a quorum (not lost for good). Its
+// cleanup releases the write-back on node 0 without announcing it: the
+// lock's own holder must not take that for a force release. The lock is
+// still on nodes 1 and 2, and once node 1 answers, the next Extend wins.
+// Every kind (a helper's probe found each ended as "force-released").
+func TestFailedExtendKeepsALockOnAQuorum(t *testing.T) {
+	t.Parallel()
+	for _, k := range lostKinds {
+		if k.name == "term" {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f := newProxied(t, 3, append(fast, redlock.WithNodeTimeout(200*time.Millisecond))...)
+			ctx := context.Background()
+			key := "keep:" + k.name
+			l, err := f.rl.Acquire(ctx, []string{key}, 10*time.Second, k.opts...)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				in := inspect(t, f, key)
+				return len(in.Holders) == 1 && in.Holders[0].Nodes == 3
+			}, 5*time.Second, 5*time.Millisecond)
+			require.NoError(t, f.Peek[0].FlushAll(ctx).Err()) // node 0 restarted empty
+			f.Proxies[1].Set(redistest.Hang)
+			_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, redlock.ErrLockExpired, "node 1 may still hold it")
+			f.Proxies[1].Heal()
+			time.Sleep(300 * time.Millisecond) // the cleanup's release lands, and any announcement with it
+			assert.True(t, l.Valid(), "the lock is still on a quorum")
+			l2, err := l.Extend(ctx, 10*time.Second)
+			require.NoError(t, err, "nodes 1 and 2 held it throughout")
+			_, err = l2.Release(ctx)
+			assert.NoError(t, err)
+		})
+	}
+}
+
+// TestLostLockIsNotHandedOver: a holder that knows its lock is lost (an
+// Extend found it gone, or it heard its force release: both mark it gone)
+// does not hand it to a waiter of its process on Release (WithHandOver):
+// another may hold the resource. Was: the waiter got the dead lock while
+// another held the nodes (a helper's probe drew it after a force release,
+// 1 in 8).
+func TestLostLockIsNotHandedOver(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	a, err := f.rl.Acquire(ctx, []string{"h"}, 30*time.Second)
+	require.NoError(t, err)
+	settled(t, f, "h", a.Value())
+	b := handWait(f.rl, "h", 30*time.Second)
+	queued(t, f.rl, "h", 1, f.Peek...)
+	for i := range f.Peek {
+		f.Set(t, i, "h", "another", 30*time.Second) // taken by another, with no announcement
+	}
+	_, err = a.Extend(ctx, 30*time.Second)
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	res, _ := a.Release(ctx)
+	assert.False(t, res != nil && res.HandedOver, "a lost lock handed over")
+	select {
+	case got := <-b:
+		t.Fatalf("the waiter took a lock that another holds: %v, %v", got.l.Value(), got.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	assert.Equal(t, []string{"another", "another", "another"}, f.holders(t, "h"))
 }

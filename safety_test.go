@@ -73,6 +73,8 @@ var schedule = []phase{
 			h.cancelEarly.Store(true)
 		},
 		end: func(h *harness) { h.cancelEarly.Store(false); h.Proxies[0].Heal(); h.Proxies[2].Heal() }},
+	{name: "force releases and retakes (the lost-lock workers' resources, every 40ms)"},
+	{name: "nodes lose keys (a lost-lock worker's key deleted on 3 of 5 nodes, every 250ms)"},
 	{name: "1 node hung, 1 node slow (+50ms one way)",
 		start: func(h *harness) {
 			h.Proxies[1].Set(redistest.Hang)
@@ -241,6 +243,17 @@ type phaseStats struct {
 	cutNotEnded   int             // cut-off leaders whose term's context did not end within cutOffBound
 	lossMargins   []time.Duration // lost terms: their validity's end minus their context's end
 	successorGaps []time.Duration // after a lost term: the next term's start minus the lost one's context's end
+
+	// The lost-lock workers' (safety_lost_test.go).
+	lostSections     int
+	forceReleases    int
+	forcedOverlaps   []time.Duration // after a force release: the old section's end minus the new one's start
+	heardLate        int             // of those, past heardWithin
+	keyLosses        int
+	lossOverlaps     []time.Duration // after a key loss: the same
+	lossPastValidity int             // of those, past the lock's validity
+	wonAfterLoss     int             // extensions that won, begun after their keys were lost on a majority
+	lostViolations   int             // two holders inside with no force release or loss between
 }
 
 // TestSafety runs W workers, each with its own Redlock and its own clients
@@ -396,6 +409,7 @@ func TestSafety(t *testing.T) {
 	// The candidates of the elections run beside the workers, until they
 	// are done.
 	el := startElections(h, func() *phaseStats { return stats[current.Load()] })
+	lr := startLost(h, func() *phaseStats { return stats[current.Load()] })
 
 	// The fault schedule runs until the workers have done their sections.
 	done := make(chan struct{})
@@ -408,6 +422,7 @@ func TestSafety(t *testing.T) {
 			p.start(h)
 		}
 		el.phaseBegins(i)
+		lr.phaseBegins(i)
 		timer := time.NewTimer(phaseLength)
 		finished := false
 		select {
@@ -431,8 +446,11 @@ func TestSafety(t *testing.T) {
 	for _, err := range el.stop() {
 		t.Error(err)
 	}
+	for _, err := range lr.stop() {
+		t.Error(err)
+	}
 
-	report := safetyTable(stats, target)
+	report := safetyTable(stats, target) + lostTable(stats)
 	t.Log("\n" + report)
 	if *safetyReport != "" {
 		require.NoError(t, os.WriteFile(*safetyReport, []byte(report), 0o644))
@@ -454,6 +472,23 @@ func TestSafety(t *testing.T) {
 		if ps.terms == 0 && target >= 20000 {
 			t.Errorf("phase %q granted no term", schedule[i].name)
 		}
+	}
+	heardLate, wonAfterLoss, pastValidity, lostViolations, forced, losses := 0, 0, 0, 0, 0, 0
+	for _, ps := range stats {
+		heardLate += ps.heardLate
+		wonAfterLoss += ps.wonAfterLoss
+		pastValidity += ps.lossPastValidity
+		lostViolations += ps.lostViolations
+		forced += ps.forceReleases
+		losses += ps.keyLosses
+	}
+	assert.Zero(t, heardLate, "old holders whose section ran more than %v after another took their force-released lock", heardWithin)
+	assert.Zero(t, wonAfterLoss, "extensions that won without a quorum that held the value (begun after a majority lost the key)")
+	assert.Zero(t, pastValidity, "old holders whose section ran past the lock's validity after a majority lost the key")
+	assert.Zero(t, lostViolations, "lost-lock workers: two holders at once with no force release or key loss between")
+	if target >= 20000 {
+		assert.NotZero(t, forced, "force releases")
+		assert.NotZero(t, losses, "key losses")
 	}
 	assert.Zero(t, violations, "mutual-exclusion violations")
 	assert.Zero(t, tokenViolations, "fencing-token violations")
