@@ -90,8 +90,11 @@
 //     bounded number of goroutines, and is counted once per server.
 //   - One server votes once: [New] refuses two clients with one address, and
 //     a server reached under two names is found at its first answer.
-//   - A lock that lost a key on a node (a restart without persistence) gets
-//     it back at the next extension, so a rolling restart keeps every lock.
+//   - Lost means lost: an extension counts only the nodes that still held
+//     the lock. A node that lost its key (a restart without persistence)
+//     gets it back at the next extension, so a rolling restart keeps every
+//     lock, but votes against; a lock gone from a quorum is never reported
+//     held, and a force release ends its holder's lock at once.
 //
 // # Limits
 //

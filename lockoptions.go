@@ -16,7 +16,10 @@ import (
 // release announces the resources it freed on [ReleasedChannel] on its node (on a Cluster, with sharded pub/sub
 // on a channel in each resource's slot); the Redlock subscribes on every
 // node, one connection each (on a Cluster, one per resource waited for,
-// closed when its last waiter leaves), when an Acquire first has to wait. The Acquires of one Redlock that wait
+// closed when its last waiter leaves), when an Acquire first has to wait or
+// a lock is first held: a held lock hears its force release on the same
+// subscriptions (on a Cluster, only while a waiter of the process has the
+// resource's open). With false, neither opens them. The Acquires of one Redlock that wait
 // for the same resources queue, first come first served: an announcement
 // wakes the longest waiter, which tries again at once; the others go on
 // waiting, or try at their retry delay. A new Acquire that may wait joins

@@ -26,19 +26,18 @@ import (
 // lock whose holder is gone.
 //
 // Waiters are woken as by a release. Fencing counters are kept, so the
-// next token is above the old holder's. The old holder finds out at its
-// next extension, which fails (its [Redlock.Using] context ends) while the
-// resource is free or taken by another, even where a node lost the keys in
-// a restart. For that, each removed key is left as a tombstone, which every
-// acquire takes as free and no extension of the old holder writes over, for
-// as long as the old holder had left plus two seconds. The limit: when
-// another holder takes the resource and releases it before the old
-// holder's next extension, that extension finds the keys missing, and
-// writes them back as it does after a restart: the old holder goes on, not
-// told. Stop the old holder too, or force-release one that is gone. Its
-// later Release touches no new holder's keys. A node-redlock
-// client waits for a tombstone to expire, as it would have for the lock. A
-// waiter the fair queue holds in place keeps its place ([WithFairQueue]).
+// next token is above the old holder's. Each removed holder is announced
+// with its value, and a holder that hears it ends that lock at once: its
+// [Redlock.Using] context ends (matching [ErrExtensionFailed] and
+// [ErrLockExpired]), a term ends, its Extend fails; by value, only the
+// holders named. Where the announcement is lost, its next extension fails:
+// each removed key is left as a tombstone, which every acquire takes as
+// free and no extension writes over, for as long as the old holder had
+// left plus two seconds, and an extension that finds the keys missing
+// counts no such node. Its later Release touches no new holder's keys. A
+// node-redlock client waits for a tombstone to expire, as it would have
+// for the lock. A waiter the fair queue holds in place keeps its place
+// ([WithFairQueue]).
 //
 // It returns nil when every node answered (a free resource included), an
 // error matching [ErrInvalidArgument] for bad input, one matching

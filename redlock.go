@@ -269,8 +269,8 @@ const closeWait = time.Second
 // Close ends the Redlock. It resigns the live terms of its elections (see
 // [Term.Resign]; their contexts end with cause [ErrClosed]), ends its
 // subscriptions to release announcements (one connection per node, opened
-// by the first Acquire that had to wait; on a Cluster, one per resource
-// being waited for), and sends at once the releases held for nodes that
+// by the first lock held or Acquire that had to wait; on a Cluster, one per
+// resource being waited for), and sends at once the releases held for nodes that
 // had not replied. It waits for those releases, the subscriptions'
 // goroutines and every call still in flight: it returns as soon as none is
 // left (at once when nothing is in flight), and waits at most one second,

@@ -34,9 +34,11 @@ import (
 // never ends while the lock is extended. Using then returns an error
 // matching ErrExtensionFailed even if fn returned nil: the critical section
 // was not protected to the end. fn should watch ctx.Done() and stop acting
-// on the protected resource when it fires. Nothing watches the lock between
-// extensions: a lock taken from its holder (force-released, or taken by
-// another after it expired) is noticed at the next extension, at most
+// on the protected resource when it fires. A force release of the lock
+// ([Redlock.ForceRelease]) ends fn's context as soon as its announcement
+// arrives (milliseconds); a lock lost otherwise (its keys gone from a
+// quorum, taken by another after it expired), or a force release whose
+// announcement was lost, is noticed at the next extension, at most
 // ttl − threshold after the loss.
 //
 // When ctx ends, fn's context ends too; the lock is kept until fn returns, and
