@@ -71,6 +71,17 @@ func (e *Election) Name() string {
 	return e.name
 }
 
+// Inspect is [Redlock.Inspect] of the election's lock: its Leader is the
+// id the leader campaigned as, its Term the leader's term, and its one
+// Holder the term's lock, whose Identity is the leader's process's
+// ([WithIdentity]), not its campaign id.
+func (e *Election) Inspect(ctx context.Context, opts ...Option) (Inspection, error) {
+	if err := e.ready(ctx, "inspect"); err != nil {
+		return Inspection{}, err
+	}
+	return e.r.Inspect(ctx, e.key, opts...)
+}
+
 // ready refuses a nil or zero Election, a bad name, and once the Redlock
 // is closed, the call it names (see Redlock.open).
 func (e *Election) ready(ctx context.Context, call string) error {

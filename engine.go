@@ -199,12 +199,15 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 // cannot change the outcome (else nil, with c.last set to why it failed).
 func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionError {
 	n, q := c.r.size(), c.r.needed()
-	held, refusals := 0, 0 // votes "held by another" / "no longer ours"; refusals retrying cannot fix
+	held, full, refusals := 0, 0, 0 // votes "held by another" (of them "every permit taken") / "no longer ours"; refusals retrying cannot fix
 	var refusal *NodeError
 	for _, v := range st.VotesAgainst {
 		switch {
 		case isLocked(v.Err) && v.Op == p.op: // a write-back's "gone" is not contention
 			held++
+			if v.Err.(*ResourceLockedError).full {
+				full++
+			}
 		case refused(v.Err) != nil:
 			if refusals++; refusal == nil {
 				refusal = v
@@ -223,7 +226,7 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 	// A quorum of "not held" for extend or release cannot change by
 	// retrying: the value is gone from those nodes for good.
 	if p.contended == nil && held > n-q {
-		return &ExecutionError{reason: tally(p.op, st, held), sentinel: ErrLockExpired, against: st.VotesAgainst}
+		return &ExecutionError{reason: tally(p.op, st, held, full), sentinel: ErrLockExpired, against: st.VotesAgainst}
 	}
 	// Neither can a quorum out of reach for refusals: a wrong password, an
 	// ACL, keys in different Cluster slots.
@@ -233,7 +236,7 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 	// Contention is judged on the last attempt that ctx did not cut short:
 	// one cut mid-way holds ctx errors, not the nodes' answers; one that
 	// ctx ended only after it was whole counts.
-	this := &ExecutionError{reason: tally(p.op, st, held), against: st.VotesAgainst}
+	this := &ExecutionError{reason: tally(p.op, st, held, full), against: st.VotesAgainst}
 	if p.contended != nil && held > n-q {
 		this.sentinel = p.contended
 	}

@@ -80,6 +80,7 @@ type ResourceLockedError struct {
 	Applied   int64 // how many resources the script applied to on that node
 	Requested int   // how many resources were requested
 	split     bool  // a semaphore's node that took other permits than the quorum's
+	full      bool  // a semaphore's node with every permit taken
 	restored  bool  // an extension's node that had lost the lock's keys, and got them written back
 }
 
@@ -88,6 +89,8 @@ func (e *ResourceLockedError) Error() string {
 	switch {
 	case e.split:
 		return "took other permits than the quorum's (contenders split the nodes)"
+	case e.full:
+		return "every permit taken"
 	case e.Op == OpAcquire:
 		return "held by another lock"
 	case e.restored:
@@ -192,7 +195,8 @@ func (e *NodeTimeoutError) Error() string {
 	case e.CircuitOpen:
 		fmt.Fprintf(&b, "not sent: no answer within %v (WithNodeTimeout) lately", e.Timeout)
 	case e.connecting:
-		fmt.Fprintf(&b, "no connection set up within %v (a node's set-up gets %d times WithNodeTimeout, one once it was found slow; it goes on within the client's DialTimeout)", e.Timeout, lane.SetUpWait)
+		fmt.Fprintf(&b, "no connection set up within %v: check that the node is up and that this host reaches it (address, port, firewall, TLS); "+
+			"for a node far away, raise WithNodeTimeout (a connection's set-up gets %d node timeouts, one once the node was found slow)", e.Timeout, lane.SetUpWait)
 	case e.setUp:
 		fmt.Fprintf(&b, "no answer within %v, the lock's validity (ttl − drift), while the client was still setting up a connection (dialing, the handshake: bounded by the client's DialTimeout)", e.Timeout)
 	case e.validity:
@@ -307,15 +311,23 @@ func (e *ExecutionError) Unwrap() []error {
 	return errs
 }
 
-// tally describes a failed attempt: by its "held by another" votes (held)
-// when they alone keep it from a quorum, else by its votes for.
-func tally(op Op, st ExecutionStats, held int) string {
+// tally describes a failed attempt: by its "held by another" votes (held;
+// full of them a semaphore's "every permit taken") when they alone keep it
+// from a quorum, else by its votes for. The counts are of the answers heard
+// before the outcome was certain: the nodes not waited for are said.
+func tally(op Op, st ExecutionStats, held, full int) string {
 	n, q := st.MembershipSize, st.QuorumSize
+	unheard := ""
+	if u := n - len(st.VotesFor) - len(st.VotesAgainst); u > 0 {
+		unheard = fmt.Sprintf("; %d not waited for once that decided it", u)
+	}
 	switch {
+	case held > n-q && op == OpAcquire && full == held:
+		return fmt.Sprintf("full: every permit taken on %d of %d nodes (quorum %d%s)", held, n, q, unheard)
 	case held > n-q && op == OpAcquire:
-		return fmt.Sprintf("held by another lock on %d of %d nodes (quorum %d)", held, n, q)
+		return fmt.Sprintf("held by another lock on %d of %d nodes (quorum %d%s)", held, n, q, unheard)
 	case held > n-q:
-		return fmt.Sprintf("no longer held: the lock's value is gone from %d of %d nodes (quorum %d)", held, n, q)
+		return fmt.Sprintf("no longer held: the lock's value is gone from %d of %d nodes (quorum %d%s)", held, n, q, unheard)
 	case st.fence == fenceTooLate:
 		return fmt.Sprintf("a quorum voted for (%d of %d nodes) with less than 1ms of the lock's validity left: too late to write its fencing token back", len(st.VotesFor), n)
 	case st.fence == fenceSent && st.Late:
@@ -325,5 +337,8 @@ func tally(op Op, st ExecutionStats, held int) string {
 	case st.Late:
 		return fmt.Sprintf("a quorum voted for only after the lock's validity had passed (%d of %d nodes)", len(st.VotesFor), n)
 	}
-	return fmt.Sprintf("no quorum: %d of %d nodes voted for, %d needed", len(st.VotesFor), n, q)
+	if unheard != "" {
+		unheard = fmt.Sprintf(" (%d voted against%s)", len(st.VotesAgainst), unheard)
+	}
+	return fmt.Sprintf("no quorum: %d of %d nodes voted for, %d needed%s", len(st.VotesFor), n, q, unheard)
 }

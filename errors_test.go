@@ -167,12 +167,12 @@ func TestContentionReadsAsContention(t *testing.T) {
 	s := onePrefix(t, err)
 	t.Log(s)
 	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
-	assert.Regexp(t, regexp.MustCompile(`^redlock: acquire \["c"\]: held by another lock on [23] of 3 nodes \(quorum 2\)$`), s)
+	assert.Regexp(t, regexp.MustCompile(`^redlock: acquire \["c"\]: held by another lock on (2 of 3 nodes \(quorum 2; 1 not waited for once that decided it\)|3 of 3 nodes \(quorum 2\))$`), s)
 
 	_, err = f.rl.Acquire(ctx, []string{"c"}, time.Second, redlock.WithRetryCount(2))
 	s = onePrefix(t, err)
 	t.Log(s)
-	assert.Regexp(t, regexp.MustCompile(`^redlock: acquire \["c"\]: held by another lock on [23] of 3 nodes \(quorum 2\), after 3 attempts in \d+ms$`), s)
+	assert.Regexp(t, regexp.MustCompile(`^redlock: acquire \["c"\]: held by another lock on (2 of 3 nodes \(quorum 2; 1 not waited for once that decided it\)|3 of 3 nodes \(quorum 2\)), after 3 attempts in \d+ms$`), s)
 
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()

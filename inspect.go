@@ -93,10 +93,12 @@ type Inspection struct {
 	// queue has it), without a holder the resource was handed to. A holder
 	// that took the resource at the head of the queue by its own attempt
 	// keeps its place until it releases, and is listed as the head.
-	Waiters  []Waiter
-	Counter  uint64 // the highest fencing counter of the resource (an election: its last term)
-	Term     uint64 // an election: the leader's term, 0 when none leads
-	Leader   string // an election: the leader's id
+	Waiters []Waiter
+	Counter uint64 // the highest fencing counter of the resource (an election: its last term)
+	Term    uint64 // an election: the leader's term, 0 when none leads
+	// Leader is, for an election, the id the leader campaigned as; its
+	// Holder's Identity is its process's ([WithIdentity]).
+	Leader   string
 	Nodes    int
 	Quorum   int
 	Answered int

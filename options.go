@@ -155,9 +155,11 @@ func WithDriftFactor(f float64) CallOption {
 // single attempt (a try-lock), -1 means retry until ctx ends. Default: 10.
 //
 // With n > 0, an Acquire tries for a window of n × the retry delay (default
-// 10 × 200ms = 2s): a retry that a release announcement woke early
-// ([WithWakeOnRelease]) does not count against n within that window, and
-// does past it. An error that retrying cannot fix (a wrong password, an ACL,
+// 10 × 200ms = 2s), plus what its n+1 attempts wait for the nodes: at most
+// a node timeout each, so at most n × (delay + jitter) + (n+1) × the node
+// timeout (4.1s by default; 2.4-3.5s measured with 2 of 3 nodes hung). A retry
+// that a release announcement woke early ([WithWakeOnRelease]) does not
+// count against n within the window, and does past it. An error that retrying cannot fix (a wrong password, an ACL,
 // resources in different Cluster slots) ends the call at once.
 func WithRetryCount(n int) CallOption {
 	return func(c *config) { c.retryCount = n }

@@ -379,7 +379,7 @@ func TestWriteBackWithNoValidityLeft(t *testing.T) {
 	assert.True(t, got.Late)
 	assert.Equal(t, uint64(1), token)
 	assert.Zero(t, calls.Load(), "no write-back sent")
-	msg := tally(OpAcquire, got, 0)
+	msg := tally(OpAcquire, got, 0, 0)
 	assert.Contains(t, msg, "too late to write its fencing token back")
 	assert.NotContains(t, msg, "was written back")
 }

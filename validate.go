@@ -62,6 +62,9 @@ func validateTTL(ttl time.Duration, cfg *config) error {
 	switch {
 	case ttl <= 0:
 		return invalid("ttl %v is not positive: a lock needs a ttl such as 10*time.Second", ttl)
+	case ttl < time.Millisecond:
+		return invalid("ttl %v is under a millisecond, the least Redis takes: a time.Duration counts nanoseconds (10 is 10ns), "+
+			"so give it a unit, such as 10*time.Second", ttl)
 	case ttl%time.Millisecond != 0:
 		return invalid("ttl %v is not a whole number of milliseconds, which is what Redis takes: round it with ttl.Round(time.Millisecond)", ttl)
 	}

@@ -149,7 +149,7 @@ func judgeOnce(op Op, s *script.Script, resources int, r lane.Result) (script.Re
 	case rep.Restored:
 		return rep, &ResourceLockedError{Op: op, Requested: rep.Resources, restored: true}
 	case !rep.Full():
-		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources}
+		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources, full: rep.NoPermit}
 	}
 	return rep, nil
 }

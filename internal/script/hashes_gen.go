@@ -8,6 +8,7 @@ var hashes = map[uint64]string{
 	0x4f9869dc58ad9236: "b150dc1ec181170e3a0525f11cb1390aab75fad8", // FairExtend
 	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
 	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
+	0xaeb9332a5cbeee3a: "9f0434fc05cb094a151361ad8124cda46a4c9d4d", // Scan
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
 	0x5025f7c0a17f4093: "2dfa47cb8b884ff2429a1f43d9d0ecb76d89fbce", // Force
 	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
@@ -20,7 +21,7 @@ var hashes = map[uint64]string{
 	0xbd18ca959f5cf6e5: "ccfb253231a3b4dfa7eb8433248f9be282393085", // FencedExtend
 	0xd5a291fe782baba9: "5b913684d83cc5701bcd0344f4ec0d02668dbe98", // ElectExtend
 	0x3b6c89eddf228302: "288fa55b1f5e6d7b0d12bdbfb3cc2a74816f6ace", // Leader
-	0x57d3039635a6e7ff: "46e2c1af8f4434e52c95ac14cadbd37b03edee68", // PermitAcquire
+	0x403dec09fcbce942: "d57cf7e6ee1bdc528cc810b67d10c0840b152da1", // PermitAcquire
 	0x9b8bff44634cc7c0: "766260017fdde729455845c71d95178a98716c95", // PermitExtend
 	0x2bd001abb5fad7a7: "fd9567bd28bc068f976cfd3de71893f3728168b8", // PermitRelease
 	0x1eeca182f3f2a61b: "2eb55a6afff77971313a6ff912f25bfeb7be1fad", // PermitCleanup

@@ -287,6 +287,9 @@ type Reply struct {
 	// Restored: an extension applied, but the node had lost some of the
 	// lock's keys and it wrote them back: the node did not hold the lock.
 	Restored bool
+	// NoPermit: a semaphore's acquire found every permit of a resource
+	// taken (Picks scripts).
+	NoPermit bool
 }
 
 // Full reports whether the script applied to every resource, and (an
@@ -313,6 +316,12 @@ func (s *Script) Read(res any, resources int) (Reply, error) {
 		a, ok := res.([]any)
 		if !ok || len(a) == 0 {
 			return r, &UnexpectedError{res}
+		}
+		if n, _ := a[0].(int64); n == 0 && len(a) == 2 {
+			if x, _ := a[1].(int64); x == -1 {
+				r.NoPermit = true
+				a = a[:1]
+			}
 		}
 		if n, _ := a[0].(int64); n != 0 {
 			if len(a) != resources+1 {
@@ -461,8 +470,8 @@ const (
 	// already holds the value (a re-send), else the first free one in an
 	// order that starts at a place drawn from the value, so that
 	// contenders spread over the permits. It answers {m, the permit taken
-	// of each}, or {0} (and writes nothing) when a resource has no free
-	// permit or is held by an exclusive lock; an error reply when the
+	// of each}, or (writing nothing) {0, -1} when a resource has no free
+	// permit and {0} when one is held by an exclusive lock; an error reply when the
 	// resource is a lock of another kind.
 	permitAcquireSrc = `
 local n = tonumber(ARGV[3])
@@ -494,7 +503,7 @@ for r = 0, m - 1 do
       if not pv or pv == "` + Tombstone + `" then pick = i break end
     end
   end
-  if pick == 0 then return {0} end
+  if pick == 0 then return {0, -1} end -- every permit taken
   picks[r + 1] = pick
 end
 local ttl = tonumber(ARGV[2])
