@@ -109,7 +109,7 @@ func TestTTLAdviceWorks(t *testing.T) {
 	_, err = f.rl.Acquire(ctx, []string{"t"}, 1500*time.Microsecond)
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "ttl.Round(time.Millisecond)")
-	l, err := f.rl.Acquire(ctx, []string{"t"}, (1500 * time.Microsecond).Round(time.Millisecond)+10*time.Millisecond)
+	l, err := f.rl.Acquire(ctx, []string{"t"}, (1500*time.Microsecond).Round(time.Millisecond)+10*time.Millisecond)
 	require.NoError(t, err, "the advice followed")
 	_, _ = l.Release(ctx)
 }
