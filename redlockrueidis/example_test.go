@@ -12,16 +12,18 @@ import (
 	"github.com/go-redlock/redlock/redlockrueidis"
 )
 
-// A Redlock over three servers, each through a rueidis client of its own.
-func ExampleNode() {
+// A Redlock over three servers, each through a rueidis client of its own,
+// made in the background: the service starts while a server is down, and
+// locks on the other two.
+func ExampleDial() {
 	var nodes []driver.Node
 	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		n, err := redlockrueidis.Dial(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
-			log.Fatal(err) // rueidis dials at once: a node down is an error here
+			log.Fatal(err) // an option Dial refuses; a server down is no error
 		}
-		defer c.Close()
-		nodes = append(nodes, redlockrueidis.Node(c))
+		defer n.Close() // runs after rl.Close: the Redlock does not close its nodes
+		nodes = append(nodes, n)
 	}
 	rl, err := redlock.NewFromNodes(nodes)
 	if err != nil {
@@ -34,4 +36,20 @@ func ExampleNode() {
 	if err != nil {
 		log.Print(err)
 	}
+}
+
+// A Redlock over a client you made (a Cluster's, say). rueidis dials at
+// once: rueidis.NewClient fails while its server is down (use Dial for a
+// server that may be).
+func ExampleNode() {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"redis-a:7000", "redis-b:7000", "redis-c:7000"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	rl, err := redlock.NewFromNodes([]driver.Node{redlockrueidis.Node(c)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rl.Close()
 }

@@ -1,13 +1,15 @@
 // Package redlockrueidis lets redlock reach its nodes through rueidis
-// (github.com/redis/rueidis): Node makes a rueidis.Client into a node of a
-// quorum, for redlock.NewFromNodes.
+// (github.com/redis/rueidis): Dial makes a node of one server (or of a
+// Sentinel group) that connects in the background, so that a service starts
+// while a node is down; Node makes a rueidis.Client into a node of a
+// quorum. Either goes to redlock.NewFromNodes.
 //
 //	nodes := make([]driver.Node, len(addrs))
 //	for i, addr := range addrs {
-//		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-//		if err != nil { ... }
-//		defer c.Close()
-//		nodes[i] = redlockrueidis.Node(c)
+//		n, err := redlockrueidis.Dial(rueidis.ClientOption{InitAddress: []string{addr}})
+//		if err != nil { ... } // an option refused; a node down is no error
+//		defer n.Close()       // after the Redlock's Close
+//		nodes[i] = n
 //	}
 //	rl, err := redlock.NewFromNodes(nodes)
 //
@@ -19,8 +21,10 @@ package redlockrueidis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +58,187 @@ func Node(c rueidis.Client) driver.Node {
 		n.info = driver.Info{Addr: strings.Join(addrs, ","), OneServer: true, Servers: addrs}
 	}
 	return n
+}
+
+// Dial returns a node that makes its client with rueidis.NewClient(opt) in
+// the background: it returns at once, and a service starts while the node
+// is down (rueidis.NewClient fails for a server that does not answer). Until
+// the client is made, the node votes against: each call fails at once with a
+// *DialError naming the address and the last dial's error; the dials go on,
+// 100ms apart and then twice as far each time, 5s at most, until one
+// succeeds or Close. The client made reconnects by itself.
+//
+// opt names one server (InitAddress holds one address; Dial sets
+// ForceSingleClient, since without a connection a server cannot be told
+// from a Cluster) or a Sentinel group (Sentinel.MasterSet). For a Cluster,
+// use Node with a client of its own: a Cluster is down only when every seed
+// is. Dial returns an error for any other opt.
+//
+// Close the node after the Redlock's Close: the Redlock does not close it.
+func Dial(opt rueidis.ClientOption) (*DialedNode, error) {
+	d := &DialedNode{err: errFirstDial, done: make(chan struct{})}
+	switch {
+	case opt.Sentinel.MasterSet != "":
+		if len(opt.InitAddress) == 0 {
+			return nil, errors.New("redlockrueidis: Dial of a Sentinel group: no InitAddress: give the Sentinels' addresses")
+		}
+		d.info = driver.Info{Addr: "sentinel failover group"}
+	case len(opt.InitAddress) == 1:
+		opt.ForceSingleClient = true
+		a := opt.InitAddress[0]
+		d.info = driver.Info{Addr: a, OneServer: true, Servers: []string{a}}
+	default:
+		return nil, fmt.Errorf("redlockrueidis: Dial takes one server's address, got InitAddress %q: "+
+			"for a Cluster, make its client with rueidis.NewClient and give it to Node", opt.InitAddress)
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if opt.DialFn == nil { // (the deprecated DialFn's dials cannot be cut short)
+		opt.DialCtxFn = d.dialer(opt.DialCtxFn)
+	}
+	go d.dial(opt)
+	return d, nil
+}
+
+// DialedNode is a node made by Dial. It is safe for concurrent use.
+type DialedNode struct {
+	info   driver.Info
+	ctx    context.Context // ends at Close: a dial under way is cut short
+	cancel context.CancelFunc
+	done   chan struct{} // closed when dial has returned
+
+	mu     sync.Mutex
+	n      *node // set once the client is made
+	err    error // the last dial's error, until then
+	closed bool
+}
+
+// DialError is the error of every call of a DialedNode whose client is not
+// made yet.
+type DialError struct {
+	Addr string
+	Err  error // the last dial's error
+}
+
+func (e *DialError) Error() string {
+	return "redlockrueidis: no connection to " + e.Addr + " yet: " + e.Err.Error() + " (dialing in the background)"
+}
+
+// Unwrap returns the dial's error. A refused dial (a *net.OpError) is a
+// node down to the library: no release is held for it.
+func (e *DialError) Unwrap() error { return e.Err }
+
+var errFirstDial = errors.New("the first dial is under way")
+
+// Backoff of the dials: the first again after dialFirst, doubling up to
+// dialMax.
+const (
+	dialFirst = 100 * time.Millisecond
+	dialMax   = 5 * time.Second
+)
+
+// dial makes the client, again after each failure, until it is made or
+// the node closed.
+func (d *DialedNode) dial(opt rueidis.ClientOption) {
+	defer close(d.done)
+	wait := dialFirst
+	for {
+		c, err := rueidis.NewClient(opt)
+		d.mu.Lock()
+		if err == nil {
+			d.n = &node{c: c, info: d.info}
+			d.mu.Unlock()
+			return // Close closes it
+		}
+		d.err = err
+		d.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-d.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, dialMax)
+	}
+}
+
+// dialer returns a DialCtxFn that dials as inner does (or as
+// rueidis's default does, for nil), and gives up at Close.
+func (d *DialedNode) dialer(inner func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, dst string, nd *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(d.ctx, cancel)()
+		switch {
+		case inner != nil:
+			return inner(ctx, dst, nd, tc)
+		case tc != nil:
+			return (&tls.Dialer{NetDialer: nd, Config: tc}).DialContext(ctx, "tcp", dst)
+		default:
+			return nd.DialContext(ctx, "tcp", dst)
+		}
+	}
+}
+
+// node returns the node of the client, or the error of a call without it.
+func (d *DialedNode) node() (*node, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return nil, driver.ErrClosed
+	case d.n == nil:
+		return nil, &DialError{Addr: d.info.Addr, Err: d.err}
+	}
+	return d.n, nil
+}
+
+// Info says what the node is, from Dial's opt: known without a connection.
+func (d *DialedNode) Info() driver.Info { return d.info }
+
+// Do sends cmds through the client (see Node), or fails each at once while
+// there is none.
+func (d *DialedNode) Do(ctx context.Context, cmds []*driver.Cmd) {
+	n, err := d.node()
+	if err != nil {
+		for _, c := range cmds {
+			c.Err = err
+		}
+		return
+	}
+	n.Do(ctx, cmds)
+}
+
+// Subscribe subscribes through the client (see Node). Without one, the
+// subscription's Receive fails at once; the library subscribes again a
+// moment later.
+func (d *DialedNode) Subscribe(ctx context.Context, channel string, sharded bool) driver.Subscription {
+	n, err := d.node()
+	if err != nil {
+		return failed{err}
+	}
+	return n.Subscribe(ctx, channel, sharded)
+}
+
+// failed is a subscription that could not be made.
+type failed struct{ err error }
+
+func (f failed) Receive(context.Context) (driver.Event, error) { return driver.Event{}, f.err }
+func (f failed) Close() error                                  { return nil }
+
+// Close stops the dials, waiting for the one under way, and closes the
+// client if it was made. A call after Close fails with driver.ErrClosed.
+// Close is idempotent.
+func (d *DialedNode) Close() {
+	d.cancel()
+	<-d.done
+	d.mu.Lock()
+	n := d.n
+	d.closed, d.n = true, nil
+	d.mu.Unlock()
+	if n != nil {
+		n.c.Close()
+	}
 }
 
 type node struct {

@@ -1,16 +1,22 @@
 package redlockvalkey_test
 
 import (
+	"context"
+	"errors"
+	"runtime"
 	"testing"
+	"time"
 
 	valkey "github.com/valkey-io/valkey-go"
 
 	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/driver/drivertest"
+	"github.com/go-redlock/redlock/internal/redistest"
 	"github.com/go-redlock/redlock/redlockvalkey"
 )
 
-// valkey-go's nodes pass the checks go-redis's do.
+// valkey-go's nodes pass the checks go-redis's do; Dial's, the check of a
+// node down at the start.
 func TestValkey(t *testing.T) {
 	drivertest.Run(t, drivertest.Driver{
 		Node: func(tb testing.TB, addr string) driver.Node {
@@ -18,6 +24,9 @@ func TestValkey(t *testing.T) {
 		},
 		Cluster: func(tb testing.TB, addrs []string) driver.Node {
 			return redlockvalkey.Node(client(tb, valkey.ClientOption{InitAddress: addrs}))
+		},
+		Down: func(tb testing.TB, addr string) driver.Node {
+			return dial(tb, addr)
 		},
 	})
 }
@@ -30,4 +39,118 @@ func client(tb testing.TB, o valkey.ClientOption) valkey.Client {
 	}
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// dial returns Dial's node of addr, closed when the test ends.
+func dial(tb testing.TB, addr string) *redlockvalkey.DialedNode {
+	tb.Helper()
+	n, err := redlockvalkey.Dial(valkey.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(n.Close)
+	return n
+}
+
+// Dial's node of a server that is down: its calls and its subscriptions
+// fail at once with a *DialError naming the address and the dial's error;
+// once the server is up, both go through.
+func TestDial(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, 1)[0]
+	srv.Kill()
+	n := dial(t, srv.Addr())
+	if got := n.Info(); got.Addr != srv.Addr() || !got.OneServer || len(got.Servers) != 1 || got.Servers[0] != srv.Addr() {
+		t.Fatalf("Info() of a node down = %+v, want its address, OneServer", got)
+	}
+	start := time.Now()
+	cmd := &driver.Cmd{Args: []any{"PING"}}
+	n.Do(ctx, []*driver.Cmd{cmd})
+	var de *redlockvalkey.DialError
+	if !errors.As(cmd.Err, &de) || de.Addr != srv.Addr() {
+		t.Fatalf("Do(PING) on a node down = %v, want a *DialError naming %s", cmd.Err, srv.Addr())
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Do(PING) on a node down took %v, want it at once", took)
+	}
+	sub := n.Subscribe(ctx, "ch", false)
+	if _, err := sub.Receive(ctx); !errors.As(err, &de) {
+		t.Fatalf("Receive of a subscription on a node down = %v, want a *DialError", err)
+	}
+	_ = sub.Close()
+
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cmd := &driver.Cmd{Args: []any{"PING"}}
+		n.Do(ctx, []*driver.Cmd{cmd})
+		if cmd.Err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Do(PING) 10s after the server started: %v", cmd.Err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sub = n.Subscribe(ctx, "ch", false)
+	defer sub.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ev, err := sub.Receive(rctx); err != nil || ev.Kind != driver.Subscribed {
+		t.Fatalf("Receive of a subscription once connected = %+v, %v; want Subscribed", ev, err)
+	}
+	if err := srv.Client().Publish(ctx, "ch", "hi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := sub.Receive(rctx); err != nil || ev.Kind != driver.Message || ev.Payload != "hi" {
+		t.Fatalf("Receive after PUBLISH ch hi = %+v, %v; want the message", ev, err)
+	}
+}
+
+// Close ends the dials of a node that never connected at once, leaving no
+// goroutine, and its calls after Close fail with driver.ErrClosed. (Not
+// parallel: it counts the goroutines.)
+func TestDialClose(t *testing.T) {
+	srv := redistest.Start(t, 1)[0]
+	srv.Kill()
+	before := runtime.NumGoroutine()
+	n, err := redlockvalkey.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the dials are backing off
+	start := time.Now()
+	n.Close()
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("Close of a node dialing in the background took %v", took)
+	}
+	n.Close() // idempotent
+	// Goroutines of the tests before (a client's closing) may still be
+	// ending: the count may take a moment to come down.
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Close, %d before Dial:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+	}
+	cmd := &driver.Cmd{Args: []any{"PING"}}
+	n.Do(context.Background(), []*driver.Cmd{cmd})
+	if !errors.Is(cmd.Err, driver.ErrClosed) {
+		t.Fatalf("Do(PING) after Close = %v, want driver.ErrClosed", cmd.Err)
+	}
+}
+
+// Dial refuses what it cannot make a node of without a connection.
+func TestDialRefuses(t *testing.T) {
+	for _, o := range []valkey.ClientOption{
+		{},
+		{InitAddress: []string{"127.0.0.1:7000", "127.0.0.1:7001"}},
+		{Sentinel: valkey.SentinelOption{MasterSet: "mymaster"}},
+	} {
+		if n, err := redlockvalkey.Dial(o); err == nil {
+			n.Close()
+			t.Errorf("Dial(%+v) = nil error, want one", o.InitAddress)
+		}
+	}
 }

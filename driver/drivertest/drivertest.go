@@ -39,6 +39,11 @@ type Driver struct {
 	// Cluster returns a node of the Redis Cluster whose seeds are addrs, or
 	// is nil when the client has no Cluster client.
 	Cluster func(tb testing.TB, addrs []string) driver.Node
+	// Down returns, as Node does, a node of the one server at addr, made
+	// while nothing listens there: the server starts later, and the node
+	// must reach it then. Nil: Node is used (go-redis's clients dial when
+	// first used).
+	Down func(tb testing.TB, addr string) driver.Node
 }
 
 // Run runs the checks, each as a subtest on servers of its own.
@@ -73,6 +78,7 @@ var checks = []struct {
 	{"Semaphore", semaphore},
 	{"FairQueue", fairQueue},
 	{"OneServerTwice", oneServerTwice},
+	{"StartsWithANodeDown", startsWithANodeDown},
 }
 
 // servers starts n servers, and returns them with nodes of d on them.
@@ -603,6 +609,51 @@ func oneServerTwice(t *testing.T, d Driver) {
 		}
 		_, err = l.Release(ctx)
 		fatal(t, err)
+	}
+}
+
+// startsWithANodeDown: a Redlock made while one node of three is down
+// locks on the other two, and counts that node's vote once it is up.
+func startsWithANodeDown(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv := redistest.Start(t, 3)
+	srv[2].Kill()
+	down := d.Down
+	if down == nil {
+		down = d.Node
+	}
+	rl := newRedlock(t, []driver.Node{d.Node(t, srv[0].Addr()), d.Node(t, srv[1].Addr()), down(t, srv[2].Addr())})
+	l, err := rl.Acquire(ctx, []string{"down"}, 5*time.Second, redlock.WithRetryCount(0))
+	if err != nil {
+		t.Fatalf("Acquire with node 2 of 3 down since the start: %v", err)
+	}
+	if st := l.Attempts()[len(l.Attempts())-1]; slices.Contains(st.VotesFor, 2) {
+		t.Fatalf("node 2, down, voted for the lock (votes for: %v)", st.VotesFor)
+	}
+	_, err = l.Release(ctx)
+	fatal(t, err)
+	srv[2].Restart()
+	// Node 0 down now: a lock needs node 2's vote. Its client may be
+	// waiting out a backoff (5s at most for the adapters' Dial): the vote
+	// comes within a few seconds.
+	srv[0].Kill()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; ; i++ {
+		l, err := rl.Acquire(ctx, []string{"up" + strconv.Itoa(i)}, 5*time.Second, redlock.WithRetryCount(0))
+		if err == nil {
+			st := l.Attempts()[len(l.Attempts())-1]
+			_, err = l.Release(ctx)
+			fatal(t, err)
+			if !slices.Contains(st.VotesFor, 2) {
+				t.Fatalf("a lock granted with node 0 down, without node 2's vote (votes for: %v)", st.VotesFor)
+			}
+			t.Logf("node 2 voted for lock %d, after its server started", i)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2's vote: none 15s after its server started: Acquire: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
