@@ -81,7 +81,7 @@ func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 	seen := map[string]int{}
 	for i, n := range nodes {
 		if isNil(n) {
-			return nil, invalid("nodes[%d] is nil: give a node made by an adapter (redlockrueidis.Node, redlockvalkey.Node) or driver.GoRedis", i)
+			return nil, invalid("nodes[%d] is nil: give a node made by an adapter (redlockrueidis.Node or .Dial, redlockvalkey.Node or .Dial: Dial when the server may be down at start) or driver.GoRedis", i)
 		}
 		for j := range i {
 			if same(nodes[j], n) {
