@@ -5,6 +5,7 @@
 //
 //	redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
 //	redlock status [flags] RESOURCE...
+//	redlock ls [flags] [PATTERN]
 //	redlock hold [flags] RESOURCE[,RESOURCE...]
 //	redlock release [flags] RESOURCE [--value VALUE]...
 //	redlock elect [flags] NAME -- COMMAND [ARG...]
@@ -32,7 +33,9 @@
 //
 // status, likewise, exits 0 when every resource is held, 1 when one is free
 // (and none unknown), 69 when one is unknown (too few nodes answered to
-// tell), 2 for a usage error; hold exits 0 once SIGINT or SIGTERM made it
+// tell), 2 for a usage error; ls exits 0 when a lock is listed, 1 when
+// none is held, 69 when the list may miss a lock held on a quorum or
+// lists one unknown, 2 for a usage error; hold exits 0 once SIGINT or SIGTERM made it
 // release the lock, 75 on a conflict, 69 when the nodes are unreachable,
 // 79 when the lock was lost while held, 128+n when signal n ended the
 // wait, 2 for a usage error; release exits 0 when every node answered, 1
@@ -102,6 +105,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return runVerb(rest, stdout, stderr)
 	case "status":
 		return statusVerb(rest, stdout, stderr)
+	case "ls":
+		return lsVerb(rest, stdout, stderr)
 	case "hold":
 		return holdVerb(rest, stdout, stderr)
 	case "release":
@@ -136,6 +141,9 @@ func helpVerb(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		fs, _ := statusFlagSet(stdout)
 		fs.Usage()
+	case "ls":
+		fs, _ := lsFlagSet(stdout)
+		fs.Usage()
 	case "hold":
 		fs, _ := holdFlagSet(stdout)
 		fs.Usage()
@@ -165,6 +173,7 @@ or while leading an election held on them.
 Usage:
   redlock run [flags] RESOURCE[,RESOURCE...] -- COMMAND [ARG...]
   redlock status [flags] RESOURCE...
+  redlock ls [flags] [PATTERN]
   redlock hold [flags] RESOURCE[,RESOURCE...]
   redlock release [flags] RESOURCE [--value VALUE]...
   redlock elect [flags] NAME -- COMMAND [ARG...]
@@ -175,6 +184,7 @@ Usage:
 Verbs:
   run      acquire the lock, run the command while extending the lock, release it
   status   show who holds each resource (any kind), with identity, ttl, token, waiters
+  ls       list every lock held on the nodes (matching PATTERN): resource, kind, holder, ttl, state
   hold     acquire the lock and hold it, without a command, until SIGTERM or SIGINT
   release  force-release a resource: from every holder, or from the values given
   elect    campaign in an election, run the command while leading, resign

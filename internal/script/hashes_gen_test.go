@@ -22,6 +22,7 @@ var generated = map[string]*Script{
 	"PermitRelease":  PermitRelease,
 	"Release":        Release,
 	"ReleaseSharded": ReleaseSharded,
+	"Scan":           Scan,
 	"SharedAcquire":  SharedAcquire,
 	"SharedCleanup":  SharedCleanup,
 	"SharedExtend":   SharedExtend,
