@@ -199,7 +199,7 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 // cannot change the outcome (else nil, with c.last set to why it failed).
 func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionError {
 	n, q := c.r.size(), c.r.needed()
-	held, full, refusals := 0, 0, 0 // votes "held by another" (of them "every permit taken") / "no longer ours"; refusals retrying cannot fix
+	held, full, refusals := 0, 0, 0 // votes "held by another" (of them "no room left") / "no longer ours"; refusals retrying cannot fix
 	var refusal *NodeError
 	for _, v := range st.VotesAgainst {
 		switch {

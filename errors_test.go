@@ -223,7 +223,7 @@ func TestUsingLostLockSaidOnce(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(s, "lost while fn ran"))
 	assert.ErrorIs(t, err, redlock.ErrExtensionFailed)
 	assert.ErrorIs(t, err, redlock.ErrLockExpired)
-	assert.Regexp(t, regexp.MustCompile(`^redlock: the lock was lost while fn ran: extend \["u"\]: no longer held: the lock's value is gone from [23] of 3 nodes \(quorum 2\)$`), s)
+	assert.Regexp(t, regexp.MustCompile(`^redlock: the lock was lost while fn ran: extend \["u"\]: no longer held: the lock's value is gone from (2 of 3 nodes \(quorum 2; 1 not waited for once that decided it\)|3 of 3 nodes \(quorum 2\))$`), s)
 
 	// fn's own error and the loss are both said, once each.
 	boom := errors.New("boom")

@@ -17,3 +17,6 @@ func DefaultIdentity() string { return defaultIdentity() }
 // WriteBackSent reports whether a fenced attempt sent its token's
 // write-back (which may raise counters even when the attempt fails).
 func WriteBackSent(st ExecutionStats) bool { return st.fence == fenceSent }
+
+// Holding returns how many held locks of r listen for their force release.
+func Holding(r *Redlock) int { return r.wake.Holding() }

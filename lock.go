@@ -173,15 +173,19 @@ func (lf *lockLife) beginExtend() bool {
 }
 
 // endExtend settles an extension that beginExtend counted; cut, when not
-// zero, is how far it may have shortened the lock (it failed).
+// zero, is how far it may have shortened the lock (it failed). A won
+// extension (cut zero) wrote its ttl on a quorum after any failed one's:
+// the lock's expiration is its own again.
 func (lf *lockLife) endExtend(cut int64) {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	lf.extends--
-	if cut != 0 {
-		if c := lf.cut.Load(); c == 0 || cut < c {
-			lf.cut.Store(cut)
-		}
+	if cut == 0 {
+		lf.cut.Store(0)
+		return
+	}
+	if c := lf.cut.Load(); c == 0 || cut < c {
+		lf.cut.Store(cut)
 	}
 }
 

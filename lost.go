@@ -27,27 +27,50 @@ import (
 // extension is one Extend call's record of the nodes that lost its lock.
 type extension struct {
 	lost    []atomic.Bool // the lock's (lockLife.lostOn)
-	failed  atomic.Bool   // the call failed: a write-back that lands later is undone
-	expired atomic.Bool   // it failed for good: any write that lands later is undone
-	drop    func(node int)
+	unknown []atomic.Bool // the call's: sent, and no answer came in an attempt not won
+	// restores: a node answered that it had lost the lock's keys in this
+	// call; then a node whose answer was lost may have written them back
+	// too, and counts as lost.
+	restores atomic.Bool
+	failed   atomic.Bool // the call failed: a write-back that lands later is undone
+	expired  atomic.Bool // it failed for good: any write that lands later is undone
+	drop     func(node int)
 }
 
 // judge turns node i's answer to the extension (rep, err) into its vote:
 // a node that wrote keys back, or whose keys were written back since the
-// lock last held a quorum without it, votes against. won: the attempt was
-// decided for already, so a write-back there is the spread the lock keeps.
-func (x *extension) judge(i int, rep script.Reply, err error, won bool) error {
+// lock last held a quorum without it, votes against; so does one whose
+// earlier answer in the call was lost, when another node's showed that
+// keys were lost (its call may have written them back). won: the attempt
+// was decided for already, so a write-back there is the spread the lock
+// keeps. sent: the call went out (an error then leaves its effect unknown).
+func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) error {
 	switch {
 	case rep.Restored && !won:
+		x.restores.Store(true)
 		x.lost[i].Store(true)
-	case err == nil && x.lost[i].Load():
+	case err != nil && !isReply(err) && sent && !won:
+		x.unknown[i].Store(true)
+	case err == nil && (x.lost[i].Load() || x.unknown[i].Load() && x.restores.Load()):
 		err = &ResourceLockedError{Op: OpExtend, Requested: rep.Resources, restored: true}
 	}
 	// Read after lost was written: extend sets failed, then reads lost.
-	if x.failed.Load() && (rep.Restored || err == nil && x.expired.Load()) {
-		x.drop(i)
+	if x.failed.Load() {
+		if x.unknown[i].Load() && x.restores.Load() && !x.lost[i].Swap(true) {
+			x.drop(i) // its answer came after the call failed: it may have written keys back
+		} else if rep.Restored || err == nil && x.expired.Load() {
+			x.drop(i)
+		}
 	}
 	return err
+}
+
+// silent records that node i's call was sent and the collector gave up on
+// it (its effect is unknown until it answers, if ever).
+func (x *extension) silent(i int, won bool) {
+	if !won {
+		x.unknown[i].Store(true)
+	}
 }
 
 // failedFor ends an Extend call that failed: it releases the lock where
@@ -57,6 +80,9 @@ func (x *extension) failedFor(n int, expired bool) {
 	x.expired.Store(expired)
 	x.failed.Store(true)
 	for i := range n {
+		if x.unknown[i].Load() && x.restores.Load() {
+			x.lost[i].Store(true) // it may have written keys back
+		}
 		if expired || x.lost[i].Load() {
 			x.drop(i)
 		}
@@ -65,7 +91,8 @@ func (x *extension) failedFor(n int, expired bool) {
 
 // newExtension returns the record of p, an Extend of lock under cfg.
 func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
-	return &extension{lost: lock.life.lostNodes(r.size()), drop: func(i int) { r.dropOn(lock, cfg, p, i) }}
+	return &extension{lost: lock.life.lostNodes(r.size()), unknown: make([]atomic.Bool, r.size()),
+		drop: func(i int) { r.dropOn(lock, cfg, p, i) }}
 }
 
 // dropOn releases p's lock on node i, sent on its own, with the kind's

@@ -50,7 +50,7 @@ func (nc *nodeCall) Done(r lane.Result) {
 	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
 	nc.counter, nc.choice = rep.Counter, rep.Picks
 	if x := nc.as.ext; x != nil {
-		err = x.judge(nc.i, rep, err, nc.as.outcome.Load() == attemptWon)
+		err = x.judge(nc.i, rep, err, nc.as.outcome.Load() == attemptWon, nc.state.Load() == callSent)
 	}
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
@@ -64,6 +64,9 @@ func (nc *nodeCall) Done(r lane.Result) {
 // needs. A release sent again whose first run deleted every key stays a
 // success, whatever its second run says.
 func (nc *nodeCall) Silent(r lane.Result) {
+	if x := nc.as.ext; x != nil {
+		x.silent(nc.i, nc.as.outcome.Load() == attemptWon)
+	}
 	if nc.as.op == OpRelease && r.First != nil {
 		if rep, err := judge(OpRelease, nc.s, len(nc.as.keys), *r.First); err == nil && rep.Full() {
 			return
@@ -149,7 +152,7 @@ func judgeOnce(op Op, s *script.Script, resources int, r lane.Result) (script.Re
 	case rep.Restored:
 		return rep, &ResourceLockedError{Op: op, Requested: rep.Resources, restored: true}
 	case !rep.Full():
-		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources, full: rep.NoPermit}
+		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources, full: rep.NoRoom}
 	}
 	return rep, nil
 }

@@ -287,9 +287,9 @@ type Reply struct {
 	// Restored: an extension applied, but the node had lost some of the
 	// lock's keys and it wrote them back: the node did not hold the lock.
 	Restored bool
-	// NoPermit: a semaphore's acquire found every permit of a resource
+	// NoRoom: a semaphore's acquire found every permit of a resource
 	// taken (Picks scripts).
-	NoPermit bool
+	NoRoom bool
 }
 
 // Full reports whether the script applied to every resource, and (an
@@ -319,7 +319,7 @@ func (s *Script) Read(res any, resources int) (Reply, error) {
 		}
 		if n, _ := a[0].(int64); n == 0 && len(a) == 2 {
 			if x, _ := a[1].(int64); x == -1 {
-				r.NoPermit = true
+				r.NoRoom = true
 				a = a[:1]
 			}
 		}
