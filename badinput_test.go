@@ -140,6 +140,12 @@ func TestBadInputCampaign(t *testing.T) {
 	add("Extend(nil ctx)", func() error { _, err := foreign.Extend(nilCtx, time.Second); return err })
 	add("Release(nil ctx)", func() error { _, err := foreign.Release(nilCtx); return err })
 
+	// The foreign lock's Redlock listens for its force release: its
+	// subscription's own commands come before the count.
+	require.Eventually(t, func() bool {
+		m, err := other.Peek[0].PubSubNumSub(ctx, redlock.ReleasedChannel).Result()
+		return err == nil && m[redlock.ReleasedChannel] >= 1
+	}, 5*time.Second, time.Millisecond, "the foreign lock's subscription")
 	otherSent := atomic.Int32{}
 	for _, cl := range other.Clients {
 		cl.AddHook(countingHook(&otherSent))
