@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,11 +302,7 @@ func signedQ(ds []time.Duration, q float64) string {
 	if len(ds) == 0 {
 		return "-"
 	}
-	s := append([]time.Duration(nil), ds...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s)-1)+0.5))].Round(10 * time.Microsecond).String()
 }
