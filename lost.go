@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
 )
 
@@ -104,10 +103,7 @@ func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int) {
 	if p.undo != nil {
 		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
 	}
-	nd := r.nodes[i]
-	rc := &releaseCall{s: s, cfg: cfg, node: nd, resources: len(p.res)}
-	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
-	nd.Lane(p.res[0], p.acked).Submit(&rc.Call)
+	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, nil)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension

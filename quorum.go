@@ -250,11 +250,16 @@ func (as *attemptState) clean(i int) {
 	}
 	cl := as.cleanup
 	cl.pending.Add()
-	nd := as.q.nodes[i]
-	rc := &releaseCall{s: cl.s, cfg: as.cfg, node: nd, pending: &cl.pending, resources: len(as.keys)}
-	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: cl.s.Hash, Src: cl.s.Src, Keys: cl.keys, Args: append([]any{cl.value}, cl.args...),
-		Timeout: as.cfg.nodeTimeout, H: rc}
-	nd.Lane(as.keys[0], as.acked).Submit(&rc.Call)
+	sendCleanup(as.cfg, as.q.nodes[i], cl.s, as.keys, cl.keys, append([]any{cl.value}, cl.args...), as.acked, &cl.pending)
+}
+
+// sendCleanup sends s (a release of one value, announcing nothing) to nd
+// on its own, for resources (the first routes it) with KEYS keys and ARGV
+// args; pending, when set, is told once it is answered.
+func sendCleanup(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight) {
+	rc := &releaseCall{s: s, cfg: cfg, node: nd, pending: pending, resources: len(resources)}
+	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
+	nd.Lane(resources[0], acked).Submit(&rc.Call)
 }
 
 // await waits until the releases sent so far have been answered, for at
