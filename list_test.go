@@ -38,6 +38,7 @@ func entries(t *testing.T, f *fixture, pattern string) (*redlock.Listing, map[st
 }
 
 func TestListEveryKind(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithIdentity(job))
 	ctx := context.Background()
 	ttl := time.Minute
@@ -126,6 +127,7 @@ func TestListEveryKind(t *testing.T) {
 // A pattern keeps the resources it matches; "" and "*" are all; a bad
 // pattern or option is refused before anything is sent.
 func TestListPattern(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	for _, r := range []string{"job:1", "job:2", "cache"} {
@@ -169,6 +171,7 @@ func TestListPattern(t *testing.T) {
 // A node that does not answer is named, within the bound; what a quorum
 // holds is still listed held, and with two of three silent, unknown.
 func TestListSilentNode(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"held"}, time.Minute)
@@ -203,6 +206,7 @@ func TestListSilentNode(t *testing.T) {
 
 // A Redis Cluster node is not scanned, and List says so.
 func TestListCluster(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true})
 	_, err := f.rl.Acquire(context.Background(), []string{"c"}, time.Minute)
 	require.NoError(t, err)
@@ -228,6 +232,8 @@ func (c *countingNode) Do(ctx context.Context, cmds []*driver.Cmd) {
 
 // The measurement: List of 10,000 locks held on 3 local nodes, its time
 // and what it reads of each node (RELIABILITY.md quotes it).
+// Not parallel: it is the figure RELIABILITY.md quotes, measured without
+// the package's other tests beside it.
 func TestListTenThousand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
