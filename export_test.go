@@ -20,3 +20,7 @@ func WriteBackSent(st ExecutionStats) bool { return st.fence == fenceSent }
 
 // Holding returns how many held locks of r listen for their force release.
 func Holding(r *Redlock) int { return r.wake.Holding() }
+
+// Listening returns how many nodes r's shared release subscription is
+// confirmed and open on.
+func Listening(r *Redlock) int { return r.wake.Listening() }

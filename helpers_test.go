@@ -127,6 +127,11 @@ func queued(t *testing.T, rl *redlock.Redlock, key string, n int, subscribedOn .
 		if redlock.QueuedWaiters(rl, []string{key}) != n {
 			return false
 		}
+		// rl's own subscriptions: another Redlock's (a holder's, listening
+		// for its force release) count on the nodes too.
+		if redlock.Listening(rl) < len(subscribedOn) {
+			return false
+		}
 		for _, p := range subscribedOn {
 			m, err := p.PubSubNumSub(context.Background(), redlock.ReleasedChannel).Result()
 			if err != nil || m[redlock.ReleasedChannel] < 1 {

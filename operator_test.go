@@ -678,11 +678,20 @@ func settled(t *testing.T, f *fixture, key, value string) {
 }
 
 // acquiring starts an Acquire of key for a minute, and returns a channel
-// that receives when it got the lock (which it then releases).
+// that receives when it got the lock (which it then releases). The test's
+// end waits for the release, before its nodes stop (was: the goroutine
+// outlived the test, found by the leak check).
 func acquiring(t *testing.T, rl *redlock.Redlock, key string, opts ...redlock.Option) <-chan time.Time {
 	got := make(chan time.Time, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
-		l, err := rl.Acquire(context.Background(), []string{key}, time.Minute, opts...)
+		defer close(done)
+		l, err := rl.Acquire(ctx, []string{key}, time.Minute, opts...)
+		if ctx.Err() != nil {
+			return // the test ended first
+		}
 		if assert.NoError(t, err, key) {
 			got <- time.Now()
 			_, _ = l.Release(context.Background())

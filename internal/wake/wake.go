@@ -182,10 +182,27 @@ func (w *Waker) Holding() int {
 	return n
 }
 
+// Listening returns how many of the shared subscriptions (one per node)
+// the nodes have confirmed and that are open (for tests: an announcement
+// made from then on is heard).
+func (w *Waker) Listening() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for s := range w.subs {
+		if s.shared && s.heard && s.ps != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // sub is one subscription and its goroutine.
 type sub struct {
 	cancel context.CancelFunc
 	ps     driver.Subscription // guarded by waker.mu; nil while not subscribed
+	shared bool                // every resource's channel, not one key's
+	heard  bool                // guarded by waker.mu: the node confirmed ps
 }
 
 // group is the queue of waiters for one set of resources.
@@ -421,7 +438,7 @@ func (w *Waker) watchKey(key string) {
 // heard. Called with mu held.
 func (w *Waker) listen(src Source, key string) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
-	s := &sub{cancel: cancel}
+	s := &sub{cancel: cancel, shared: key == ""}
 	w.subs[s] = struct{}{}
 	w.running.Add()
 	go func() {
@@ -441,9 +458,9 @@ func (w *Waker) listen(src Source, key string) *sub {
 			}
 			s.ps = ps
 			w.mu.Unlock()
-			err := w.receive(ctx, ps, src.Node, key, &started)
+			err := w.receive(ctx, ps, src.Node, key, &started, s)
 			w.mu.Lock()
-			s.ps = nil
+			s.ps, s.heard = nil, false
 			unknown := key != "" && unknownCommand(err)
 			if unknown {
 				if w.unknown == nil {
@@ -478,7 +495,7 @@ func pause(ctx context.Context, d time.Duration) {
 // confirmation of the subscription after the first (a new one, or
 // go-redis's own after it reconnected) wakes the heads of key's groups
 // ("": every group); started records the first.
-func (w *Waker) receive(ctx context.Context, ps driver.Subscription, node int, key string, started *bool) error {
+func (w *Waker) receive(ctx context.Context, ps driver.Subscription, node int, key string, started *bool, s *sub) error {
 	for {
 		// Receive reconnects by itself after a network error; Close
 		// ends it. A node that does not allow pub/sub answers the
@@ -497,6 +514,9 @@ func (w *Waker) receive(ctx context.Context, ps driver.Subscription, node int, k
 				w.pokeHeads(key)
 			}
 			*started = true
+			w.mu.Lock()
+			s.heard = true
+			w.mu.Unlock()
 		}
 	}
 }
