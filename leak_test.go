@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -13,10 +15,33 @@ import (
 )
 
 // quiet drops go-redis's own log lines (dial retries against the nodes the
-// tests kill on purpose).
+// tests kill on purpose), keeping them for the tests that count them
+// (quiet_test.go): the user's own logger, which Open must leave alone.
 type quiet struct{}
 
-func (quiet) Printf(context.Context, string, ...any) {}
+var (
+	logMu    sync.Mutex
+	logLines []string
+)
+
+func (quiet) Printf(_ context.Context, format string, v ...any) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	logLines = append(logLines, fmt.Sprintf(format, v...))
+}
+
+// loggedAbout returns how many of go-redis's log lines so far name addr.
+func loggedAbout(addr string) int {
+	logMu.Lock()
+	defer logMu.Unlock()
+	n := 0
+	for _, l := range logLines {
+		if strings.Contains(l, addr) {
+			n++
+		}
+	}
+	return n
+}
 
 // TestMain fails the package if any goroutine outlives the tests: every
 // goroutine redlock starts must have an owner and end.

@@ -6,9 +6,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/dial"
 )
 
 // ParseNodes parses a node list, the form that [Open], the redlock
@@ -256,7 +259,13 @@ func maskCredentials(s string) string {
 //	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES")) // 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
 //
 // Open returns ParseNodes's and New's errors; it connects to no node (a
-// node that is down fails the calls that reach it, as with New).
+// node that is down fails the calls that reach it, as with New). Its
+// clients make go-redis log nothing of a node that refuses connections
+// (go-redis would log each failed dial, a pool's size of lines each time):
+// the error handler ([WithErrorHandler]) and the observer's Connection
+// hook hear of it once, and the observer once more when it is back. A
+// node that refused is dialed again a second later at the earliest; the
+// calls in between fail there at once.
 func Open(list string, opts ...Option) (*Redlock, error) {
 	parsed, err := ParseNodes(list)
 	if err != nil {
@@ -268,10 +277,16 @@ func Open(list string, opts ...Option) (*Redlock, error) {
 		return nil, err
 	}
 	clients := make([]redis.UniversalClient, len(parsed))
+	var made atomic.Pointer[Redlock] // set once New returned; a dial before reports nothing
 	for i, o := range parsed {
 		// The client's dial outlasts the node timeout, so that the
 		// Redlock's timeout is the one that decides.
 		o.DialTimeout = max(o.DialTimeout, 2*cfg.nodeTimeout)
+		o.Dialer = dial.New(dial.Func(redis.NewDialer(o)), func(up bool, err error) {
+			if r := made.Load(); r != nil {
+				r.connection(i, up, err)
+			}
+		}).Dial
 		clients[i] = redis.NewClient(o)
 	}
 	r, err := New(clients, opts...)
@@ -280,5 +295,24 @@ func Open(list string, opts ...Option) (*Redlock, error) {
 		return nil, err
 	}
 	r.owned = clients
+	made.Store(r)
 	return r, nil
+}
+
+// OpConnect is the operation of a [NodeError] that says a node of a
+// Redlock made by [Open] stopped accepting connections.
+const OpConnect Op = "connect"
+
+// connection reports that node i, one of Open's, stopped (up false, with
+// the dial's error) or started accepting connections: to the observer's
+// Connection hook, and a stop to the error handler too. Go-redis logs
+// nothing of it (internal/dial).
+func (r *Redlock) connection(i int, up bool, err error) {
+	addr := r.nodes[i].Addr()
+	if !up && r.cfg.onError != nil {
+		r.cfg.onError(&NodeError{Node: i, Addr: addr, Op: OpConnect, Err: err})
+	}
+	if r.cfg.observer != nil {
+		safely(r.cfg.observer.Connection, ConnectionInfo{Node: i, Addr: addr, Up: up, Err: err})
+	}
 }

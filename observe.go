@@ -40,6 +40,19 @@ type Observer struct {
 	// Using is called when Using returns (after its own Acquire, Extend
 	// and Release calls, which Done sees too).
 	Using func(UsingInfo)
+	// Connection is called once each time a node whose client [Open]
+	// made stops or starts accepting connections (go-redis logs nothing
+	// of it). Only with an observer given to Open.
+	Connection func(ConnectionInfo)
+}
+
+// ConnectionInfo describes a node of [Open]'s that stopped (Up false) or
+// started accepting connections.
+type ConnectionInfo struct {
+	Node int
+	Addr string
+	Up   bool
+	Err  error // the failed dial's, when Up is false
 }
 
 // UsingInfo describes a call of Using that returned.

@@ -212,7 +212,9 @@ func WithNodeTimeout(d time.Duration) CallOption {
 // [*NodeError], the way node-redlock emits its "error" event: contention,
 // network and Redis errors, and per-node timeouts, including those of the
 // cleanup after a failed acquire and those that arrive after the call that
-// caused them has returned. It is called from redlock's goroutines, possibly
+// caused them has returned; and, for a Redlock made by [Open], once each
+// time a node stops accepting connections ([OpConnect]; go-redis logs
+// nothing of it). It is called from redlock's goroutines, possibly
 // concurrently, and must not block for long. A nil handler turns it off.
 // Default: none.
 //

@@ -50,8 +50,9 @@
 //
 // The faults act as on a real node. A node that is down refuses
 // connections: redlock's calls to it fail at once, or at the node timeout
-// while go-redis retries its dial (and logs each try; [redis.SetLogger]
-// silences that). A hung node takes
+// while go-redis retries its dial; the clients of [Nodes.Clients], like
+// those [redlock.Open] makes, make go-redis log nothing of it (a client
+// of your own does: [redis.SetLogger]). A hung node takes
 // connections and requests and never answers: a call to it ends at the
 // caller's node timeout ([redlock.WithNodeTimeout], 100ms by default; an
 // Acquire that fails waits one more for its cleanup there, and a call that

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/dial"
 )
 
 // adminTimeout bounds Lose and Restart's own calls to the nodes, which
@@ -66,7 +67,11 @@ func Start(n int) (*Nodes, error) {
 		}
 		ns.proxies = append(ns.proxies, p)
 		ns.addrs = append(ns.addrs, p.addr)
-		ns.clients = append(ns.clients, redis.NewClient(&redis.Options{Addr: p.addr}))
+		// A quiet dialer: go-redis would log each failed dial while the
+		// node is Down.
+		o := &redis.Options{Addr: p.addr}
+		o.Dialer = dial.New(dial.Func(redis.NewDialer(o)), nil).Dial
+		ns.clients = append(ns.clients, redis.NewClient(o))
 		direct := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		ns.direct = append(ns.direct, direct)
 		// One Redlock per node, so that Lose works on any number of nodes,
