@@ -99,34 +99,20 @@ func (e *Election) ready(ctx context.Context, call string) error {
 
 // Campaign blocks until the candidate id leads the election, and returns
 // its Term; or until ctx ends, with an error matching ctx's. id is the
-// candidate's name as [Election.Leader] shows it to others (a hostname, a
-// pod name): 1 to 1024 bytes; two candidates may share one, each campaign
-// being its own.
+// candidate's name as [Election.Leader] shows it (1 to 1024 bytes).
 //
 // A term is a fenced lock ([WithFencing]) on the election's key for ttl,
-// tried again until ctx ends (WithRetryCount counts only for the term's
-// extensions and its release): a waiting candidate tries as soon as the
-// leader's release is announced (see [WithWakeOnRelease]), else after each
-// retry delay. While the term lasts it is extended as [Redlock.Using]
-// extends its lock, by ttl whenever less than the automatic extension
-// threshold is left. Its context ends as soon as an extension finds the
-// lock gone; when no extension got through, at the lock's cancel point: a
-// quarter of the threshold before the end of its validity, 100ms at most,
-// the margin for late timers that Using's doc measures. The keys expire on
-// the nodes later still, by the drift allowance. The term's context
-// carries ctx's values, not its end (the campaign's ctx bounds the wait,
-// not the term), and the term's number as its fencing token ([TokenFrom]).
-// Once granted, the term's first extension (at once: one round trip)
-// records value:term:id beside the key and announces it on
-// [ElectedChannel]. A leader that dies is replaced within its ttl plus one
-// retry delay. Resign the term when done (or use [Election.Lead]);
-// [Redlock.Close] resigns every term of its Redlock.
+// tried until ctx ends, at once when the leader's release is announced and
+// else after each retry delay. It is extended as [Redlock.Using] extends its
+// lock, and its context ends as Using's does; it carries ctx's values, not
+// its end, and the term's number as its fencing token ([TokenFrom]). A
+// leader that dies is replaced within its ttl plus one retry delay. Resign
+// the term when done (or use [Election.Lead]); [Redlock.Close] resigns
+// every term of its Redlock.
 //
 // Campaign returns an error matching [ErrInvalidArgument] for a bad name or
-// id, and for anything Using refuses (a ttl below the threshold + 100ms, a
-// threshold below the node timeout, an option out of range); one matching
-// [ErrClosed] once the Redlock is closed: at once, sending nothing, when
-// it was closed before the call.
+// id and for anything Using refuses, and [ErrClosed] once the Redlock is
+// closed.
 func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, opts ...Option) (*Term, error) {
 	cfg, err := e.check(ctx, id, ttl, opts)
 	if err != nil {

@@ -36,66 +36,30 @@ func WithWakeOnRelease(on bool) LockOption {
 // lock ([Lock.Token], [TokenFrom]): a number that grows with every fenced
 // lock granted on a resource, which the protected resource checks so that a
 // holder paused past its expiration (a GC pause, a stopped VM) cannot write
-// after the next holder did. Default: false.
-//
-// Each node keeps a counter per resource, under the key
-// "redlock:fence:{tag}:resource" (tag is the resource's hash tag, or the
-// resource itself; so a Redis Cluster keeps it in the resource's slot),
-// with no expiry ([FenceKey] gives the name; names in redlock:fence:* are
-// refused as resources): about 110 bytes per resource ever fenced (measured
-// on Redis 7.0: benchmarks/README.md, "What each feature costs"). A fenced
-// Acquire makes one more round trip after its quorum: it writes the token
-// back to the nodes, and the lock is granted when a quorum took it within
-// the lock's validity. On healthy nodes the first fenced lock of a resource
-// gets 1, the next 2, and so on; for several resources, 1 + the highest of
-// their counters, written back to each. Unfenced locks and failed attempts
-// leave the counters alone (a write-back that reached some nodes but not a
-// quorum in time may skip a number).
-//
-// The guarantee holds under the same assumptions as mutual exclusion, a
-// majority of nodes up and keeping their data; RELIABILITY.md gives the
-// argument ("Why it holds") and what breaks it ("Tokens and data loss").
-// The option applies to Acquire and Using;
-// Extend keeps the token, and Release leaves the counters as they are.
+// after the next holder did. A fenced Acquire makes one more round trip,
+// writing the token back to a quorum of the nodes' counters ([FenceKey];
+// kept with no expiry, about 110 bytes per resource). Extend keeps the
+// token; Release leaves the counters. The guarantee holds under the same
+// assumptions as mutual exclusion (RELIABILITY.md). Default: false.
 func WithFencing(on bool) LockOption {
 	return func(c *config) { c.fencing = on }
 }
 
 // WithReplicaAck makes a node's vote for an acquire, an extend or a fencing
-// write-back count only once the write has reached at least replicas of the
-// node's replicas, waiting for them up to timeout (the WAIT command, sent
-// on the same connection right after the script). A node whose write falls
-// short votes against with a [*ReplicaAckError]; the write stays there until
-// the failed attempt's cleanup or the lock's release deletes it. So a lock
-// survives a failover of a node (a Sentinel group, a Cluster shard) to a
-// replica that took it. Releases are not waited for. ExecutionStats
-// .ReplicaAcks says how many replicas each node's write reached. Three
-// Sentinel groups as the nodes, each write acknowledged by one replica
-// within 100ms (every node must have the replicas asked for):
+// write-back count only once the write reached at least replicas of the
+// node's replicas within timeout (WAIT, right after the script), so that a
+// lock survives a failover of the node (a Sentinel group, a Cluster shard).
+// A node that falls short votes against with a [*ReplicaAckError]; releases
+// are not waited for. timeout must be whole milliseconds below half the node
+// timeout, with room for the server's WAIT granularity (1000/hz ms), and
+// the clients' ReadTimeout above timeout + 100ms; otherwise the call is
+// refused with [ErrInvalidArgument]. Such locks use lanes of their own, so
+// plain locks never wait behind a WAIT. WAIT is not consensus: a failover
+// can still lose an acknowledged write in rare cases. replicas 0 turns it
+// off. Default: off. For example, three Sentinel groups:
 //
-//	a := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "locks-a", SentinelAddrs: sentinels})
-//	// b and c likewise
 //	rl, err := redlock.New([]redis.UniversalClient{a, b, c},
 //		redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithReplicaAck(1, 100*time.Millisecond))
-//
-// timeout must be a whole number of milliseconds, below half the node
-// timeout ([WithNodeTimeout]): each call waits for its replicas within it,
-// twice on a node that lacks the scripts (after a restart). A node ends a
-// WAIT up to 1000/hz ms after its timeout (100ms with Redis's default hz
-// 10), so leave that much room too: WithNodeTimeout(500ms) for a wait of
-// 100ms, say. go-redis reads WAIT's answer under the client's ReadTimeout,
-// so a call on a client whose ReadTimeout is below the wait + 100ms is
-// refused with an error matching [ErrInvalidArgument], before anything is
-// sent. On a Redis Cluster, the script and WAIT go to the shard's primary
-// on one of its own connections. The calls of a lock that waits for
-// replicas, its release included, take lanes of their own on each node
-// (with their own bound on parked goroutines, see [WithNodeTimeout]), so
-// that plain locks never wait behind a WAIT. replicas 0 turns it off.
-// WAIT is not consensus: Redis's documentation notes that a failover can
-// still lose an acknowledged write in rare cases (a replica that took it but
-// is not the one promoted); ask for every replica when that matters, and
-// let the Sentinels or the Cluster promote the most up-to-date one.
-// Default: off.
 func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {
 		if replicas == 0 {
@@ -135,27 +99,14 @@ func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 // WithPermits makes Acquire and Using take one of n permits of each
 // resource: a counting semaphore, at most n holders at once, which keeps
 // its bound while a minority of nodes fails. The Lock holds its permit;
-// Extend and Release work on it, and a release wakes one waiter. Each
-// resource has n permit keys on every node ("redlock:permit:{tag}:" +
-// resource + ":" + i, in its Cluster slot), and its own key holds
-// "redlock:permits:n" while a permit is held. A permit is a lock on one of
-// the permit keys, granted when a quorum took the same one, so the argument
-// for mutual exclusion bounds each permit to one holder (counting holders
-// per node would not: RELIABILITY.md, "Why it holds"). Each node takes a
-// free permit in an order drawn from the attempt's random value, so that
-// contenders spread over the permits; a node that took another permit than
-// the quorum's releases it at once. Each acquire reads the n permit keys on
-// every node, so n is at most 1024.
-//
-// All the users of a resource must agree on its kind: a semaphore call on a
-// resource held as a semaphore of another n, or as a shared lock, fails at
-// once with an error naming both. An exclusive lock of a resource that
-// permits are held on waits until they are all released, and a semaphore
-// waits for an exclusive holder. WithPermits(1), the default, is the
-// exclusive lock, unchanged on the wire. It cannot be combined with
-// [WithShared], nor with [WithFencing]: a token orders holders that exclude
-// each other, and permits are held side by side (fence the exclusive lock
-// that writes). n out of [1, 1024] is refused.
+// Extend and Release work on it, and a release wakes one waiter. A permit
+// is a lock on one of n permit keys, granted when a quorum took the same
+// one. All the users of a resource must agree on its kind: a call with
+// another n, or as a shared lock, fails at once naming both; an exclusive
+// lock waits for every permit to be released. WithPermits(1), the default,
+// is the exclusive lock. n out of [1, 1024] is refused, and so is
+// [WithShared] or [WithFencing] with it (fence the exclusive lock that
+// writes).
 func WithPermits(n int) LockOption {
 	return func(c *config) { c.permits = n }
 }
@@ -182,65 +133,36 @@ func WithShared(on bool) LockOption {
 }
 
 // WithHandOver sets how a Release hands the lock to an Acquire of the same
-// Redlock that waits for it (the same resources, in any order, with the
-// same ttl, fencing and acknowledgement; [WithWakeOnRelease] on), instead of
-// releasing it. Nothing is sent then: the nodes keep the lock's value,
-// which is now the waiter's, and the waiter's Lock expires when the
-// releasing holder's would have. [ExecutionResult].HandedOver reports it, the
-// observer is told of the release as of any other, and the waiter's Acquire
-// returns at once. A fenced lock ([WithFencing]) draws a new token first,
-// its old token + 1 written to a quorum of counters (one round trip, instead
-// of the release's, the wake's and the acquire's two).
+// Redlock that waits for it (the same resources, ttl, fencing and
+// acknowledgement), instead of releasing it: nothing is sent, the waiter's
+// Acquire returns at once with the lock, which expires when the releaser's
+// would have ([ExecutionResult].HandedOver says so). A fenced lock draws a
+// new token first (one round trip).
 //
-// The lock is released for real instead when: max hand-overs in a row have
-// been made since the nodes granted it, or window has passed since then (so
-// that waiters in other processes get their turn); less than half its ttl
-// is left; an Extend of it is in flight; no such waiter waits. The
-// argument that mutual exclusion and validity hold is in RELIABILITY.md
-// ("Why it holds"). max 0 turns it off; max is at most 2^20 and window
-// must be positive. Only exclusive locks are handed over, and not with
-// [WithFairQueue], whose queue decides who is next, nor without
-// [WithWakeOnRelease]: New's default does not apply to those, and
-// WithHandOver given with [WithPermits], [WithShared], WithFairQueue or
-// WithWakeOnRelease(false) (in the same call, or to New) is refused. A
-// Release takes it too: WithHandOver(0, 0) there releases for real.
-// Default: on, 16 in a row within 100ms: under contention in one process,
-// the lock is busy nearly all the time (94% against 65% without, in
-// benchmarks/README.md), and a waiter elsewhere waits at most 100ms more
-// than it would have.
+// The lock is released for real instead after max hand-overs in a row or
+// window since the nodes granted it (so that other processes get their
+// turn), with less than half its ttl left, with an Extend in flight, or with
+// no such waiter. max 0 turns it off; max is at most 2^20, window positive.
+// It is refused with [WithPermits], [WithShared], [WithFairQueue] or
+// WithWakeOnRelease(false); a Release takes it too (WithHandOver(0, 0)
+// releases for real). Default: 16 in a row within 100ms.
 func WithHandOver(max int, window time.Duration) HandOverOption {
 	return func(c *config) { c.handOver, c.handOverWindow, c.given = max, window, c.given|givenHandOver }
 }
 
 // WithFairQueue sets whether an Acquire of an exclusive lock that finds its
 // resources held queues for them on the nodes, first come first served
-// across processes: each node orders a resource's waiters by when each began
-// waiting (on its own clock: one behind by d is served as if it came d
-// earlier). A release hands each resource to the head, which holds the lock
-// once a quorum of nodes announced it ([WithWakeOnRelease]). A waiter asks
-// again at least every third of a second (5/3 node timeouts if longer) to
-// keep its place; one that gives up leaves at once, one that vanished after
-// a second (a lock handed to it stays for its ttl). A node hands the
-// resource over after it answered the head's last attempt "queued", so the
-// head counts its validity from the start of that attempt, never counting
-// time that a node does not; with less than half its ttl left so counted,
-// it makes an attempt instead (RELIABILITY.md, "Why it holds").
+// across processes. A release hands each resource to the queue's head,
+// which holds the lock once a quorum of nodes announced it. A waiter asks
+// again at least every third of a second to keep its place; one that gives
+// up leaves at once, one that vanished after a second.
 //
 // Only Acquires with this option queue. Other clients (a plain Acquire,
-// node-redlock, redsync, SET NX) find a resource handed to a waiter held;
-// one they free themselves, or that expires, goes to the first of them or
-// the head to reach a quorum. A plain Release of this library wakes the
-// head, which tries at once; others announce nothing, and a client that
-// takes the resource again as soon as it frees it overtakes the head until
-// an attempt of the head's finds it free. Mutual exclusion holds with all.
-// The queues are two sorted sets per resource ("redlock:queue:" and
-// "redlock:qlive:", then "{tag}:" + resource, in its Cluster slot), which
-// expire two seconds after the last waiter asked. It cannot be combined with
-// [WithFencing], [WithPermits] or [WithShared], nor with
-// [WithWakeOnRelease](false) (a waiter hears of a hand-over from the
-// announcements). Its queue, not [WithHandOver], decides who is next: New's
-// hand-over default does not apply to it, and WithHandOver given with it is
-// refused. Default: off (a queue write per contended attempt).
+// node-redlock, SET NX) find a handed resource held, and may overtake the
+// head when they free and take a resource themselves; mutual exclusion
+// holds with all. It cannot be combined with [WithFencing], [WithPermits],
+// [WithShared], [WithHandOver] or WithWakeOnRelease(false). Default: off (a
+// queue write per contended attempt).
 func WithFairQueue(on bool) LockOption {
 	return func(c *config) { c.fair = on }
 }

@@ -17,27 +17,17 @@ import (
 // ParseNodes parses a node list, the form that [Open], the redlock
 // command's --nodes and its REDLOCK_NODES take: entries separated by
 // commas, each a host:port, a redis:// or rediss:// (TLS) URL as
-// redis.ParseURL reads it (user and password, database, options such as
-// dial_timeout), or a unix:// socket URL. It returns one *redis.Options per
-// entry, in the list's order, for redis.NewClient.
-//
-// Each Options carries the client settings a Redlock wants, where the entry
-// does not set them itself: MaxRetries -1 (the Redlock retries an attempt
-// itself, within its node timeout), DialerRetries 1 (a node that refuses a
-// connection is known down at once) and ContextTimeoutEnabled (a call ends
-// at the node timeout, not at the client's read timeout).
+// redis.ParseURL reads it, or a unix:// socket URL. It returns one
+// *redis.Options per entry, for redis.NewClient, with the settings a
+// Redlock wants where the entry does not set them: MaxRetries -1,
+// DialerRetries 1 and ContextTimeoutEnabled.
 //
 // ParseNodes returns an error matching [ErrInvalidArgument], quoting the
 // entry with its password masked and saying how to write it, for an empty
-// list or entry, a URL whose user or password holds a comma (write it
-// %2C), a user or password in an entry that is not a URL, a host:port
-// without a port or with a port outside 1-65535, a URL that does not
-// parse, and one server given twice (the same address in any database:
-// the databases of one server are one server, and would let it vote
-// twice). It resolves no name, so two names of one server (localhost and
-// 127.0.0.1) pass here; see [New] for how a Redlock finds them. A Cluster or a Sentinel group is one node whose client
-// (redis.NewClusterClient, redis.NewFailoverClient) is made by the caller
-// and given to New.
+// list or entry, a password or user holding a comma (write %2C) or outside
+// a URL, a bad port or URL, and one server given twice (in any database).
+// A Cluster or a Sentinel group is one node whose client the caller makes
+// and gives to New.
 func ParseNodes(list string) ([]*redis.Options, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, invalid("the node list is empty: give host:port entries separated by commas, such as " +

@@ -18,36 +18,22 @@ import (
 // calls of Inspect and ForceRelease, one script per node.
 
 // ForceRelease takes resource back from its holders, whatever its kind:
-// with no values, from every holder (every permit of a semaphore, every
-// reader of a shared lock); with values, from those holders only. Give
-// the values as [Inspection].Holders shows them (a lock of the fair queue
-// that was handed to its waiter is held by the waiter's id, not by its
-// [Lock.Value]). It is for an operator: a job killed with a long ttl, a
-// lock whose holder is gone.
+// with no values, from every holder; with values (as [Inspection].Holders
+// shows them), from those only. It is for an operator: a job killed with a
+// long ttl, a lock whose holder is gone.
 //
-// Waiters are woken as by a release. Fencing counters are kept, so the
-// next token is above the old holder's. Each removed holder is announced
-// with its value, and a holder that hears it ends that lock at once: its
-// [Redlock.Using] context ends (matching [ErrExtensionFailed] and
-// [ErrLockExpired]), a term ends, its Extend fails; by value, only the
-// holders named. Where the announcement is lost, its next extension fails:
-// each removed key is left as a tombstone, which every acquire takes as
-// free and no extension writes over, for as long as the old holder had
-// left plus two seconds, and an extension that finds the keys missing
-// counts no such node. Its later Release touches no new holder's keys. A
-// node-redlock client waits for a tombstone to expire, as it would have
-// for the lock. A waiter the fair queue holds in place keeps its place
-// ([WithFairQueue]).
+// Waiters are woken as by a release, and fencing counters are kept. Each
+// removed holder is announced, and a holder that hears it ends that lock
+// at once (its Using context and term end, its Extend fails, matching
+// [ErrLockExpired]); one that does not fails at its next extension: the
+// keys are left as tombstones that acquires take as free and extensions
+// never write over. A waiter the fair queue holds keeps its place.
 //
 // It returns nil when every node answered (a free resource included), an
-// error matching [ErrInvalidArgument] for bad input, one matching
-// [ErrClosed] on a closed Redlock (nothing is sent), and one matching
-// [ErrNotHeld] when every node answered and none held any of the values.
-// Otherwise it returns an error joining each silent node's [*NodeError]:
-// when a quorum answered, the removed holders hold the resource on no
-// quorum. A call to a silent node that was sent before ForceRelease gave
-// up on it may still land there later (a call still queued is dropped);
-// with a ctx that has already ended nothing is sent.
+// error matching [ErrInvalidArgument] for bad input, [ErrClosed] on a
+// closed Redlock, [ErrNotHeld] when no node held any of the values, and
+// otherwise one joining each silent node's [*NodeError] (with a quorum
+// answered, the removed holders hold the resource on no quorum).
 func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...string) error {
 	cfg, err := r.operatorReady(ctx, string(OpForceRelease), resource, nil)
 	if err != nil {

@@ -7,26 +7,17 @@ import (
 )
 
 // An Option changes a setting. Options given to [New] become the defaults of
-// that Redlock; options given to a call override them for that call only. A
-// Lock remembers the options it was acquired with, and Extend and Release
-// on it start from those.
+// that Redlock; options given to a call override them for that call. A Lock
+// remembers the options it was acquired with, and Extend and Release start
+// from those.
 //
-// Options are of three kinds, by where they mean something:
-//   - a [CallOption] says how a call runs and is watched (drift, retries,
-//     node timeout, error handler, observer): every call takes it;
-//   - a [LockOption] shapes the lock (fencing, permits, shared, fair queue,
-//     wake on release, acknowledgement, automatic extension): it is taken
-//     where a lock or a term is made, by New, Acquire, Using,
-//     [Election.Campaign] and [Election.Lead], which take any Option;
-//   - a [HandOverOption] ([WithHandOver]) shapes the lock too, and a
-//     Release takes it as well.
-//
-// Extend takes CallOptions only, and Release takes a [ReleaseOption] (a
-// CallOption or WithHandOver): a lock-shaping option there does not
-// compile. A []Option may hold every kind.
-//
-// Option values are immutable and may be shared between goroutines. A nil
-// Option, and a nil CallOption, LockOption or HandOverOption, is ignored.
+// Options are typed by where they mean something: a [CallOption] (drift,
+// retries, node timeout, error handler, observer) goes to every call; a
+// [LockOption] (fencing, permits, shared, fair queue, wake on release,
+// acknowledgement, extension threshold) to New, Acquire, Using, Campaign and
+// Lead; a [HandOverOption] ([WithHandOver]) to those and Release. Extend
+// takes CallOptions only and Release a [ReleaseOption]: a misplaced option
+// does not compile. Option values are immutable; a nil one is ignored.
 type Option interface{ apply(*config) }
 
 // CallOption is an [Option] that means something on every call, Extend and

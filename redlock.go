@@ -164,31 +164,21 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 }
 
 // Release deletes the lock's resources on every node that still holds its
-// value, and succeeds when a quorum did; a node where an earlier attempt of
-// the same call deleted it counts for. Any handle of the lock releases it,
-// its newest extension included (the value is the same), and every handle
-// is spent once the release succeeded or found the lock gone; after a
-// release that failed on node errors it may be released again. Once Release
-// has sent anything, no handle of the lock is Valid or can be extended, even
-// if the release fails: its deletes may have landed. Options start from
-// those the lock was acquired with.
+// value, and succeeds when a quorum did. Any handle of the lock releases it,
+// and every handle is spent once anything was sent (its deletes may have
+// landed). Options start from those the lock was acquired with.
 //
 // A Release whose ctx has already ended still makes one attempt, bounded by
-// the node timeout ([WithNodeTimeout]), so that `defer lock.Release(ctx)`
-// with a request's expired ctx does not leave the lock held for its ttl; it
-// succeeds if that attempt does, and otherwise returns an error matching
-// ctx's. A release already sent is never cut off by ctx ending: each node's
-// delete goes out, and [Redlock.Close] waits for them.
+// the node timeout, so that `defer lock.Release(ctx)` with a request's
+// expired ctx does not leave the lock held for its ttl; a delete already
+// sent is never cut off by ctx.
 //
 // Release returns an error matching [ErrInvalidArgument] for a nil Lock or a
-// Lock of another Redlock. Release never refuses a lock it holds: with an
-// option out of range, it releases with the others and returns its result
-// with an error matching ErrInvalidArgument that names the option (joined
-// with the release's error, if any). It returns an [*ExecutionError] matching
-// [ErrLockExpired] at once when the lock was already released, a quorum of
-// nodes no longer holds it, or its validity had passed and one attempt did
-// not find it on a quorum; matching ctx.Err() when ctx ended the call; and
-// matching neither when node failures kept it from a quorum.
+// Lock of another Redlock, or (joined to the release's result) for an option
+// out of range: it releases all the same. It returns an [*ExecutionError]
+// matching [ErrLockExpired] when the lock was already released or is held
+// by no quorum, matching ctx.Err() when ctx ended the call, and matching
+// neither when node failures kept it from a quorum.
 func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...ReleaseOption) (*ExecutionResult, error) {
 	oc, seen := observing(r, lock, opts)
 	if !seen {
@@ -266,33 +256,18 @@ func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out 
 // two node timeouts are longer.
 const closeWait = time.Second
 
-// Close ends the Redlock. It resigns the live terms of its elections (see
-// [Term.Resign]; their contexts end with cause [ErrClosed]), ends its
-// subscriptions to release announcements (one connection per node, opened
-// by the first lock held or Acquire that had to wait; on a Cluster, one per
-// resource being waited for), and sends at once the releases held for nodes that
-// had not replied. It waits for those releases, the subscriptions'
-// goroutines and every call still in flight: it returns as soon as none is
-// left (at once when nothing is in flight), and waits at most one second,
-// or two node timeouts when that is longer. Then it closes the clients
-// that [Open] made; the clients given to New stay the caller's.
+// Close ends the Redlock: it resigns the live terms of its elections, ends
+// its release subscriptions, sends at once the releases held for nodes that
+// had not replied, and waits for them and every call in flight (at most one
+// second, or two node timeouts when longer). Then it closes the clients that
+// [Open] made; the clients given to New stay the caller's.
 //
-// After Close, every call that takes something new returns an error
-// matching [ErrClosed] at once, sending nothing: Acquire (with any
-// options), Using, [Election.Campaign] and [Election.Lead],
-// [Election.Leader] and [Election.Observe],
-// [Redlock.Inspect] and [Redlock.ForceRelease]. Extend and Release of the
-// locks taken before Close are still sent, so that a lock is released
-// rather than left held for its ttl; a release that gets no reply is no
-// longer sent again, though. With Open's clients, which Close closed, they
-// fail: Close comes last. Release what you hold, close the Redlock, then
-// close the clients given to New, before a process exits, so that nothing
-// it sent is cut off.
-//
-// Close is idempotent and safe for concurrent use. It returns an error
-// when something was still waiting for a node that had not answered by
-// then: a call inside the client ends when the client's read times out or
-// the client is closed; a release not sent is given up. Close itself
+// After Close, every call that takes something new (Acquire, Using,
+// Campaign, Lead, Leader, Observe, Inspect, ForceRelease, List) returns an
+// error matching [ErrClosed] at once, sending nothing; Extend and Release of
+// the locks taken before are still sent (with Open's clients, closed, they
+// fail: release first). Close is idempotent and safe for concurrent use; it
+// returns an error when something still waited for a silent node, and
 // leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil || r.wake == nil { // nil, or not made by New

@@ -6,54 +6,25 @@ import (
 	"time"
 )
 
-// Using runs fn while holding a lock on resources, and keeps the lock for as
-// long as fn runs by extending it. It is node-redlock's using, with the
-// lock-lost signal carried by fn's context.
+// Using runs fn while holding a lock on resources, extending the lock by
+// ttl for as long as fn runs, and releases it when fn returns (even if ctx
+// has ended, or fn panicked: the panic goes on). It is node-redlock's using,
+// with the lock-lost signal carried by fn's context.
 //
-// Using acquires the lock with opts; if that fails, fn never runs and the
-// acquire error is returned unchanged. While fn runs, the lock is extended by
-// ttl whenever its expiration is less than the automatic extension threshold
-// away ([WithAutomaticExtensionThreshold], default 500ms), with the same
-// options. A failed extension is retried until the lock's cancel point,
-// never after.
+// The lock is acquired with opts; if that fails, fn never runs and the
+// acquire error is returned. An extension starts when the expiration is
+// less than the threshold away ([WithAutomaticExtensionThreshold]) and is
+// retried until the lock's cancel point: a quarter of the threshold before
+// the validity ends, 100ms at most. When the lock cannot be kept (taken
+// over, gone, force-released, or no extension through by the cancel
+// point), fn's context ends with a cause ([context.Cause]) matching
+// [ErrExtensionFailed], and Using returns an error matching it even if fn
+// returned nil. fn should stop acting on the resource when ctx.Done fires.
 //
-// When the lock cannot be extended, fn's context is cancelled with a cause
-// ([context.Cause]) that matches [ErrExtensionFailed] and wraps why: at
-// once when an extension finds the lock taken over or gone. Otherwise (a
-// quorum of nodes unreachable or slow) it is cancelled at the cancel point,
-// if no extension got through by then: a quarter of the threshold before
-// the end of the lock's validity, 100ms at most (100ms with the default
-// threshold). The margin is for late timers, so that fn sees its context
-// end before the validity does: on a 2-core machine the delay from a
-// timer's time to a goroutine that sees the context end was at most 10ms
-// (p99 1.5ms) with a few test processes running, and at most 14-89ms (p99
-// 4-6ms) beside two busy loops as well. A process starved of CPU for longer than the margin
-// sees it late, as any process paused past its validity: fence the writes
-// ([WithFencing]). An extension that got through before the cancel point
-// was acted on keeps the lock and moves the cancel point: fn's context
-// never ends while the lock is extended. Using then returns an error
-// matching ErrExtensionFailed even if fn returned nil: the critical section
-// was not protected to the end. fn should watch ctx.Done() and stop acting
-// on the protected resource when it fires. A force release of the lock
-// ([Redlock.ForceRelease]) ends fn's context as soon as its announcement
-// arrives (milliseconds); a lock lost otherwise (its keys gone from a
-// quorum, taken by another after it expired), or a force release whose
-// announcement was lost, is noticed at the next extension, at most
-// ttl − threshold after the loss.
-//
-// When ctx ends, fn's context ends too; the lock is kept until fn returns, and
-// then released. When fn returns, no new extension starts, an extension in
-// flight is waited for, and the lock is released once (even if ctx has
-// ended: then with one attempt, bounded by the node timeout; see
-// [Redlock.Release]).
-// Using returns fn's error; a release error is joined to it, never put
-// in its place. If fn panics, the lock is released and the panic goes on.
-// Using's goroutines have exited by the time it returns.
-//
-// Using returns an error matching [ErrInvalidArgument], before anything is
-// acquired, for a nil fn, a ttl less than the threshold + 100ms, a threshold
-// below the node timeout, and anything Acquire refuses; and one matching
-// [ErrClosed], sending nothing, once the Redlock is closed.
+// Using returns fn's error, with a release error joined to it; an error
+// matching [ErrInvalidArgument] for a nil fn, a ttl below the threshold +
+// 100ms, a threshold below the node timeout and what Acquire refuses; and
+// [ErrClosed] once the Redlock is closed. RELIABILITY.md has its bounds.
 func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if err := r.open(ctx, "using", resources); err != nil {
 		return err

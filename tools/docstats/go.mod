@@ -1,0 +1,3 @@
+module github.com/go-redlock/redlock/tools/docstats
+
+go 1.24
