@@ -9,25 +9,16 @@ import (
 // on them.
 
 // Acquire locks resources for ttl on a quorum of nodes and returns the Lock.
-// All resources are locked together or none is. With [WithFencing], the Lock
-// also carries a fencing token ([Lock.Token]), at the cost of one more round
-// trip. Failed attempts are retried
-// as the options say (Default: 10 retries, 200ms ± 100ms apart); whatever a
-// failed attempt wrote is released before the next one.
+// All resources are locked together or none is. Failed attempts are retried
+// as the options say (default: 10 retries, 200ms ± 100ms apart), and what a
+// failed attempt wrote is released before the next. The Lock is valid until
+// the successful attempt's start + ttl − drift ([WithDriftFactor]).
 //
-// The Lock's expiration is the start of the successful attempt + ttl - drift
-// ([WithDriftFactor]); an attempt that reaches a quorum only after that time
-// counts as failed. A failed Acquire returns once what it wrote has been
-// released on every node it reached, waiting at most its attempt's timeout
-// (the node timeout, or ttl − drift when shorter).
-//
-// Acquire returns an error matching [ErrInvalidArgument] for bad input (no or
-// empty or duplicate resources, ttl not a positive whole number of
-// milliseconds or not above the drift allowance, an option out of range),
-// before anything is sent, and one matching [ErrClosed], sending nothing,
-// once the Redlock is closed. Otherwise its error is an [*ExecutionError]
-// that matches [ErrResourceLocked] on contention and ctx.Err() when ctx
-// ended the call; a quorum lost to node failures matches neither.
+// Acquire returns an error matching [ErrInvalidArgument] for bad input (no,
+// empty or duplicate resources, ttl not whole milliseconds above the drift
+// allowance, an option out of range) and [ErrClosed] once the Redlock is
+// closed, sending nothing; otherwise an [*ExecutionError] that matches
+// [ErrResourceLocked] on contention and ctx.Err() when ctx ended the call.
 func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if err := r.open(ctx, "acquire", resources); err != nil {
 		return nil, err

@@ -10,22 +10,12 @@ import (
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
-// ReleasedChannel is the pub/sub channel on which the release script
-// announces each resource it freed (the cleanup of a failed acquire attempt
-// announces nothing: that lock was never held).
-// The message is the freed lock's random part (the first 32 hex characters
-// of its value, without its identity) followed by the
-// resource's name. Waiters of every Redlock, in every process, that use the
-// same nodes wake on it.
-//
-// On a Redis Cluster (a redis.ClusterClient node) releases are announced
-// with sharded pub/sub instead (SPUBLISH, Redis 7+), each on a channel in its
-// resource's hash slot: ReleasedChannel + ":{" + the resource's hash tag (or
-// whole name) + "}", so that an announcement stays on the resource's shard
-// rather than crossing the whole cluster bus. A Redis 6.2 Cluster has no
-// sharded pub/sub: its releases are not announced, and its waiters wait
-// their retry delay (after one refused subscription, none is asked again
-// for a minute).
+// ReleasedChannel is the pub/sub channel on which a release announces each
+// resource it freed: the lock's 32 random hex characters, then the
+// resource's name. Waiters of every Redlock on the same nodes wake on it. On
+// a Redis Cluster, releases are announced with sharded pub/sub (Redis 7+) on
+// ReleasedChannel + ":{" + the resource's hash tag + "}"; a Redis 6.2
+// Cluster announces nothing, and its waiters wait their retry delay.
 const ReleasedChannel = script.ReleasedChannel
 
 // shardedPrefix starts the sharded announcement channel of each resource on

@@ -11,26 +11,16 @@ import (
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
-// New returns a Redlock over clients, one per independent Redis node. A
-// redis.Client, a FailoverClient (Sentinel) or a ClusterClient each count as
-// one node; on a Cluster, a multi-resource lock needs all its resources in one
-// hash slot (use a hash tag such as "{orders}:1").
+// New returns a Redlock over clients, one per independent Redis node (a
+// Client, a FailoverClient or a ClusterClient; on a Cluster, a
+// multi-resource lock needs its resources in one hash slot: "{orders}:1").
+// Any number of nodes from 1 is taken (the package doc's "How many nodes").
+// opts become the defaults of every call. New sends nothing to Redis.
 //
-// Any number of nodes from 1 is taken; the package doc's "How many nodes"
-// says what 1, 2, 3 and 5 give.
-//
-// opts become the defaults of every call. New returns an error matching
-// [ErrInvalidArgument] when clients is empty, holds a nil client or the
-// same client twice, or a *redis.Ring, or when an option is out of range.
-// It refuses two clients with the same address too (any database: several
-// databases of one server are one server; for ClusterClients, a shared
-// seed address). It sends nothing to Redis. One
-// server reached by two names (localhost and 127.0.0.1) is found at the
-// first call each node answers, which reads its server's run_id (INFO
-// server; again once a second): the later node then votes against, with an
-// error that names both and matches ErrInvalidArgument, so that the server
-// counts once. A server whose ACL forbids INFO cannot be told apart this
-// way.
+// New returns an error matching [ErrInvalidArgument] when clients is empty,
+// holds a nil client, a *redis.Ring, the same client or address twice, or
+// an option is out of range. One server reached by two names is found at
+// its first answers (its run_id), and its later node votes against.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("no clients: a Redlock needs at least one Redis client")
@@ -61,19 +51,11 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 
 // NewFromNodes returns a Redlock over nodes of any Redis client, one per
 // independent Redis node: go-redis's through [driver.GoRedis], rueidis's
-// through the module github.com/go-redlock/redlock/redlockrueidis,
-// valkey-go's through github.com/go-redlock/redlock/redlockvalkey, or a
-// [driver.Node] of your own. One quorum may mix them. It refuses what [New]
-// refuses, naming nodes[i]; two nodes that are one server are those whose
-// Info names a server in common (Servers: a Cluster through two clients
-// too), besides the run_id check at first contact for a node whose Info
-// says OneServer.
-//
-// What only go-redis's clients get: a connection set up before the first
-// call, bounded by the node timeout (a far node's first call); a lane per
-// shard of a Cluster, so that a shard that hangs opens no breaker for the
-// others; and the check that a client's ReadTimeout outlasts
-// WithReplicaAck's wait.
+// and valkey-go's through the modules redlockrueidis and redlockvalkey, or
+// a [driver.Node] of your own; one quorum may mix them. It refuses what
+// [New] refuses, naming nodes[i]. Only go-redis's clients get a connection
+// set up before the first call, a lane per Cluster shard, and the check of
+// the ReadTimeout against WithReplicaAck's wait.
 func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("no nodes: a Redlock needs at least one Redis node")

@@ -97,22 +97,15 @@ func (e *Election) ready(ctx context.Context, call string) error {
 	return nil // the key is electionPrefix + name: in no other namespace, and refused to anything but a campaign
 }
 
-// Campaign blocks until the candidate id leads the election, and returns
-// its Term; or until ctx ends, with an error matching ctx's. id is the
-// candidate's name as [Election.Leader] shows it (1 to 1024 bytes).
-//
-// A term is a fenced lock ([WithFencing]) on the election's key for ttl,
-// tried until ctx ends, at once when the leader's release is announced and
-// else after each retry delay. It is extended as [Redlock.Using] extends its
-// lock, and its context ends as Using's does; it carries ctx's values, not
-// its end, and the term's number as its fencing token ([TokenFrom]). A
-// leader that dies is replaced within its ttl plus one retry delay. Resign
-// the term when done (or use [Election.Lead]); [Redlock.Close] resigns
-// every term of its Redlock.
-//
-// Campaign returns an error matching [ErrInvalidArgument] for a bad name or
-// id and for anything Using refuses, and [ErrClosed] once the Redlock is
-// closed.
+// Campaign blocks until the candidate id (1 to 1024 bytes, shown by
+// [Election.Leader]) leads the election, and returns its Term; or until ctx
+// ends, with ctx's error. A term is a fenced lock on the election's key for
+// ttl, extended as [Redlock.Using] extends its lock, with the term's number
+// as its token; its context carries ctx's values, not its end. A dead
+// leader is replaced within its ttl plus one retry delay. Resign the term
+// when done (or use [Election.Lead]). Campaign returns [ErrInvalidArgument]
+// for a bad name or id or what Using refuses, and [ErrClosed] once the
+// Redlock is closed.
 func (e *Election) Campaign(ctx context.Context, id string, ttl time.Duration, opts ...Option) (*Term, error) {
 	cfg, err := e.check(ctx, id, ttl, opts)
 	if err != nil {

@@ -221,24 +221,17 @@ func (e *NodeTimeoutError) Error() string {
 }
 
 // ExecutionError is returned by Acquire, Extend and Release when the
-// operation did not reach a quorum. Attempts holds the statistics of each
-// attempt (only the last one when retries are unlimited).
+// operation did not reach a quorum. Attempts holds each attempt's statistics
+// (only the last one when retries are unlimited).
 //
-// It matches [ErrResourceLocked] when the last attempt that ctx did not cut
-// short was lost to other holders, [ErrLockExpired] when the lock is no
-// longer held, the context's error when the call was cut short by ctx, and
-// [ErrInvalidArgument] when the nodes refused the resources themselves (on a
-// Redis Cluster, resources in different hash slots). A quorum lost to node
-// failures matches none of these; when it was lost to refusals that
-// retrying cannot fix (a wrong password, an ACL that forbids the scripts),
-// the call ends at once and the error also unwraps to the refusing node's
-// [*NodeError]. The other node errors are in Attempts.
-//
-// The refusals that end a call: NOAUTH, WRONGPASS, NOPERM or a script an ACL
-// forbids, WRONGTYPE, a bad or exhausted fencing counter, a resource held
-// as another kind, CROSSSLOT, an unknown command and DENIED. READONLY,
-// LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY, OOM, MISCONF and network
-// errors are retried.
+// It matches [ErrResourceLocked] when the last whole attempt was lost to
+// other holders, [ErrLockExpired] when the lock is no longer held, ctx's
+// error when ctx cut the call short, and [ErrInvalidArgument] when the nodes
+// refused the resources (CROSSSLOT). A refusal that retrying cannot fix
+// (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, a resource held as another kind, an
+// unknown command, DENIED) ends the call at once, and the error unwraps to
+// that node's [*NodeError] too; network errors and transient refusals
+// (READONLY, LOADING, BUSY, OOM, ...) are retried.
 type ExecutionError struct {
 	Op        Op
 	Resources []string

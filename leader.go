@@ -140,20 +140,13 @@ func (c *leaderCall) send(a leaderRead) { c.once.Do(func() { c.out <- a }) }
 const observePoll = time.Second
 
 // Observe returns a channel that receives the current leader (if any),
-// then each new term as it starts, in term order (a term that started and
-// ended between two reads may be missed; a term is never sent twice or
-// after a later one). It reads the leader when a node announces a term on
-// [ElectedChannel] (one subscription per node, for as long as the channel
-// is open) and at least once a second. The channel is closed when ctx ends
-// or the Redlock is closed, at once; a subscription to a node that hangs
-// ends when the node answers, its client's read times out, or the client
-// is closed. A receiver that stops reading holds the reads up, nothing
-// else.
-//
-// Observe returns an error matching [ErrInvalidArgument] for a nil or zero
-// Election, an empty election name or a nil ctx, and one matching
-// [ErrClosed] once the Redlock is closed; the channel it returns with an
-// error is closed, and nothing was sent.
+// then each new term as it starts, in term order (a short term may be
+// missed; none is sent twice). It reads the leader when a node announces a
+// term on [ElectedChannel] and at least once a second. The channel is
+// closed when ctx ends or the Redlock is closed. Observe returns an error
+// matching [ErrInvalidArgument] for a nil or zero Election, an empty name
+// or a nil ctx, and [ErrClosed] once the Redlock is closed (with a closed
+// channel).
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	ch := make(chan Leader)
 	if err := e.ready(ctx, "observe"); err != nil {

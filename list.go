@@ -172,16 +172,12 @@ const (
 )
 
 // List returns every lock held on the nodes whose resource matches pattern
-// (a glob, as SCAN MATCH takes it; "" or "*": all): exclusive locks
-// (fenced or not, node-redlock's too), semaphore permits, shared readers,
-// fair-queue waiters and election terms, each resource read as
-// [Redlock.Inspect] reads it. [Listing.Entries] gives one line per holder
-// or waiter. It reads each node with SCAN (never KEYS), a page at a time,
-// for no longer than WithListTimeout and no more than WithListMaxKeys keys
-// per node; a node it could not scan to the end (silent, cut, a Redis
-// Cluster, which it does not scan) has its reason in [NodeScan].Err, and
-// [Listing.Complete] says whether the listing may miss a lock held on a
-// quorum. The error is for bad input (matching [ErrInvalidArgument]), a
+// (a SCAN MATCH glob; "" or "*": all): locks (node-redlock's too), permits,
+// readers, fair-queue waiters and terms, each read as [Redlock.Inspect]
+// reads it. It scans each node (never KEYS) within WithListTimeout and
+// WithListMaxKeys; a node not scanned to the end (silent, cut, a Cluster)
+// has its reason in [NodeScan].Err, and [Listing.Complete] says whether a
+// lock may be missing. The error is for bad input ([ErrInvalidArgument]), a
 // closed Redlock ([ErrClosed]), or ctx ending (with what was read).
 func (r *Redlock) List(ctx context.Context, pattern string, opts ...ListOption) (*Listing, error) {
 	if err := r.open(ctx, "List", nil); err != nil {

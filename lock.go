@@ -222,19 +222,10 @@ func (l *Lock) Value() string {
 
 // Token returns the lock's fencing token, a number greater than the token
 // of every fenced lock on any of the same resources granted before it
-// (see [WithFencing]); 0 for a lock acquired without fencing. Every handle
-// of a lock, its extensions included, has the same token. Pass it to the
-// resource the lock protects, which refuses a write whose token is below
-// the highest it has seen. In SQL, `WHERE fence < $token` refuses a second
-// write with the same token; `fence <= $token` lets one holder write a row
-// more than once. In a Redis store, the check is a script:
-//
-//	-- KEYS[1] the record, KEYS[2] its fence; ARGV[1] the token, ARGV[2] the value
-//	local seen = tonumber(redis.call("get", KEYS[2]) or "0")
-//	if tonumber(ARGV[1]) < seen then return 0 end -- a stale holder: refused
-//	redis.call("set", KEYS[2], ARGV[1])
-//	redis.call("set", KEYS[1], ARGV[2])
-//	return 1
+// ([WithFencing]); 0 for a lock acquired without fencing. Every handle of a
+// lock has the same token. Pass it to the resource the lock protects, which
+// refuses a write whose token is below the highest it has seen (in SQL,
+// `WHERE fence < $token`, as the README's example does).
 func (l *Lock) Token() uint64 {
 	if l == nil {
 		return 0

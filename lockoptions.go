@@ -12,22 +12,14 @@ import (
 // term is made; and the validation of every setting (with).
 
 // WithWakeOnRelease sets whether a waiting Acquire wakes as soon as one of
-// its resources is released, instead of only after its retry delay. Every
-// release announces the resources it freed on [ReleasedChannel] on its node (on a Cluster, with sharded pub/sub
-// on a channel in each resource's slot); the Redlock subscribes on every
-// node, one connection each (on a Cluster, one per resource waited for,
-// closed when its last waiter leaves), when an Acquire first has to wait or
-// a lock is first held: a held lock hears its force release on the same
-// subscriptions (on a Cluster, only while a waiter of the process has the
-// resource's open). With false, neither opens them. The Acquires of one Redlock that wait
-// for the same resources queue, first come first served: an announcement
-// wakes the longest waiter, which tries again at once; the others go on
-// waiting, or try at their retry delay. A new Acquire that may wait joins
-// the queue, when there is one, before its first attempt. A wake does not
-// use up a retry: the retry window is at least retries × delay, whatever is
-// announced. The cleanup of a failed attempt announces nothing. A node that
-// does not allow pub/sub, or a lost announcement, costs at most
-// the retry delay. [Redlock.Close] ends the subscriptions. Default: true.
+// its resources is released, instead of only after its retry delay: every
+// release announces the resources it freed on [ReleasedChannel], and the
+// Redlock subscribes on every node (one connection each; on a Cluster,
+// sharded, one per resource waited for) once an Acquire has to wait or a
+// lock is held (a held lock hears its force release there). The waiters of
+// one Redlock for the same resources are woken first come first served. A
+// wake does not use up a retry; a lost announcement costs at most the retry
+// delay. With false, no subscription is opened. Default: true.
 func WithWakeOnRelease(on bool) LockOption {
 	return func(c *config) { c.wake = on }
 }
@@ -47,19 +39,12 @@ func WithFencing(on bool) LockOption {
 
 // WithReplicaAck makes a node's vote for an acquire, an extend or a fencing
 // write-back count only once the write reached at least replicas of the
-// node's replicas within timeout (WAIT, right after the script), so that a
-// lock survives a failover of the node (a Sentinel group, a Cluster shard).
-// A node that falls short votes against with a [*ReplicaAckError]; releases
-// are not waited for. timeout must be whole milliseconds below half the node
-// timeout, with room for the server's WAIT granularity (1000/hz ms), and
-// the clients' ReadTimeout above timeout + 100ms; otherwise the call is
-// refused with [ErrInvalidArgument]. Such locks use lanes of their own, so
-// plain locks never wait behind a WAIT. WAIT is not consensus: a failover
-// can still lose an acknowledged write in rare cases. replicas 0 turns it
-// off. Default: off. For example, three Sentinel groups:
-//
-//	rl, err := redlock.New([]redis.UniversalClient{a, b, c},
-//		redlock.WithNodeTimeout(500*time.Millisecond), redlock.WithReplicaAck(1, 100*time.Millisecond))
+// node's replicas within timeout (WAIT), so that a lock survives a failover
+// of the node (a Sentinel group, a Cluster shard); a node that falls short
+// votes against with a [*ReplicaAckError]. timeout must be whole
+// milliseconds below half the node timeout, and the clients' ReadTimeout
+// above timeout + 100ms. WAIT is not consensus: a failover can still lose
+// an acknowledged write in rare cases. replicas 0 turns it off. Default: off.
 func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {
 		if replicas == 0 {
@@ -71,17 +56,12 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 }
 
 // WithAOFAck is [WithReplicaAck] with WAITAOF (Redis 7.2 and later): the
-// write must be in the append-only file of at least replicas replicas, and,
-// with local, of the node itself (which then needs appendonly yes). On a
-// node older than 7.2 every such vote is a refusal that names the node's
-// server and version ("the node (Redis 6.2.9) lacks WAITAOF, which
-// WithAOFAck needs ..."), and the call ends: it never passes for a wait that was not
-// made. A replica tells its primary of a write it wrote to its file after
-// answering the primary's request for acknowledgements only at its next
-// report, once a second: a wait under 1s can then fall short though the
-// replica has the write (RELIABILITY.md, "Servers"); give it a second or
-// more, with a node timeout above twice that. local false and
-// replicas 0 turns it off. Default: off.
+// write must be in the append-only file of at least replicas replicas and,
+// with local, of the node itself (appendonly yes). A node older than 7.2
+// refuses, naming its version, and the call ends. Replicas report their
+// file writes once a second, so give timeout a second or more, with a node
+// timeout above twice that. local false and replicas 0 turns it off.
+// Default: off.
 func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
 	return func(c *config) {
 		if !local && replicas == 0 {
@@ -113,56 +93,35 @@ func WithPermits(n int) LockOption {
 
 // WithShared makes Acquire and Using take a shared (read) lock when on:
 // shared locks of a resource are held side by side, and an exclusive lock
-// (the default kind) excludes them all, and is excluded by any. Extend and
-// Release work on it as on any lock. Each resource's readers are a sorted
-// set beside it ("redlock:readers:{tag}:" + resource), and its own key
-// holds "redlock:shared" while a reader holds it, so an exclusive acquire
-// waits. An exclusive acquire that finds readers marks the resource
-// ("redlock:shared:w:" and until when) on each node: no new reader is
-// granted there until the readers have left, so a writer waits at most for
-// the longest reader already in, however many readers come and go. The
-// mark lasts 2 s (or the writer's ttl, when shorter) from the writer's last
-// attempt: a writer that gave up keeps new readers out no longer than that,
-// and one that retries less often than every 2 s (WithRetryDelay) may let
-// readers in between its attempts. Safety is by intersection:
-// a reader's quorum and a writer's share a node, which refuses whichever
-// came second. It cannot be combined with [WithFencing] or [WithPermits].
-// Default: off.
+// (the default kind) excludes them all and is excluded by any. Extend and
+// Release work on it as on any lock. An exclusive acquire that finds
+// readers keeps new ones out for 2 s from its last attempt, so a writer
+// waits at most for the longest reader already in. It cannot be combined
+// with [WithFencing] or [WithPermits]. Default: off.
 func WithShared(on bool) LockOption {
 	return func(c *config) { c.shared = on }
 }
 
 // WithHandOver sets how a Release hands the lock to an Acquire of the same
-// Redlock that waits for it (the same resources, ttl, fencing and
-// acknowledgement), instead of releasing it: nothing is sent, the waiter's
-// Acquire returns at once with the lock, which expires when the releaser's
-// would have ([ExecutionResult].HandedOver says so). A fenced lock draws a
-// new token first (one round trip).
-//
-// The lock is released for real instead after max hand-overs in a row or
-// window since the nodes granted it (so that other processes get their
-// turn), with less than half its ttl left, with an Extend in flight, or with
-// no such waiter. max 0 turns it off; max is at most 2^20, window positive.
-// It is refused with [WithPermits], [WithShared], [WithFairQueue] or
-// WithWakeOnRelease(false); a Release takes it too (WithHandOver(0, 0)
-// releases for real). Default: 16 in a row within 100ms.
+// Redlock that waits for it (same resources, ttl and options) instead of
+// releasing it: nothing is sent, and the waiter gets the lock at once, valid
+// as long as the releaser's was. It releases for real after max hand-overs
+// in a row or window since the nodes granted it, with less than half the
+// ttl left, or with no such waiter. max 0 turns it off (at most 2^20;
+// window positive). It is refused with [WithPermits], [WithShared],
+// [WithFairQueue] or WithWakeOnRelease(false). Default: 16 within 100ms.
 func WithHandOver(max int, window time.Duration) HandOverOption {
 	return func(c *config) { c.handOver, c.handOverWindow, c.given = max, window, c.given|givenHandOver }
 }
 
 // WithFairQueue sets whether an Acquire of an exclusive lock that finds its
 // resources held queues for them on the nodes, first come first served
-// across processes. A release hands each resource to the queue's head,
-// which holds the lock once a quorum of nodes announced it. A waiter asks
-// again at least every third of a second to keep its place; one that gives
-// up leaves at once, one that vanished after a second.
-//
-// Only Acquires with this option queue. Other clients (a plain Acquire,
-// node-redlock, SET NX) find a handed resource held, and may overtake the
-// head when they free and take a resource themselves; mutual exclusion
-// holds with all. It cannot be combined with [WithFencing], [WithPermits],
-// [WithShared], [WithHandOver] or WithWakeOnRelease(false). Default: off (a
-// queue write per contended attempt).
+// across processes: a release hands each resource to the queue's head. A
+// waiter keeps its place by asking at least every third of a second.
+// Other clients (plain Acquires, node-redlock, SET NX) find a handed
+// resource held, and may overtake the head; mutual exclusion holds with
+// all. It is refused with [WithFencing], [WithPermits], [WithShared],
+// [WithHandOver] or WithWakeOnRelease(false). Default: off.
 func WithFairQueue(on bool) LockOption {
 	return func(c *config) { c.fair = on }
 }

@@ -14,20 +14,14 @@ import (
 	"github.com/go-redlock/redlock/internal/dial"
 )
 
-// ParseNodes parses a node list, the form that [Open], the redlock
-// command's --nodes and its REDLOCK_NODES take: entries separated by
-// commas, each a host:port, a redis:// or rediss:// (TLS) URL as
-// redis.ParseURL reads it, or a unix:// socket URL. It returns one
-// *redis.Options per entry, for redis.NewClient, with the settings a
-// Redlock wants where the entry does not set them: MaxRetries -1,
-// DialerRetries 1 and ContextTimeoutEnabled.
-//
-// ParseNodes returns an error matching [ErrInvalidArgument], quoting the
-// entry with its password masked and saying how to write it, for an empty
-// list or entry, a password or user holding a comma (write %2C) or outside
-// a URL, a bad port or URL, and one server given twice (in any database).
-// A Cluster or a Sentinel group is one node whose client the caller makes
-// and gives to New.
+// ParseNodes parses a node list, as [Open] and the redlock command take it:
+// entries separated by commas, each a host:port, a redis://, rediss:// or
+// unix:// URL (as redis.ParseURL reads it). It returns one *redis.Options
+// per entry, with MaxRetries -1, DialerRetries 1 and ContextTimeoutEnabled
+// where the entry does not set them. Its errors match [ErrInvalidArgument],
+// quote the entry with its password masked and say how to write it (an
+// empty entry, a comma in a password: %2C, a bad port or URL, one server
+// twice). A Cluster or Sentinel group is one node of the caller's making.
 func ParseNodes(list string) ([]*redis.Options, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, invalid("the node list is empty: give host:port entries separated by commas, such as " +
@@ -242,20 +236,15 @@ func maskCredentials(s string) string {
 }
 
 // Open returns a Redlock over the nodes of list (see [ParseNodes]), with a
-// *redis.Client for each that the Redlock owns: [Redlock.Close] closes them
-// once what is in flight is done, or its wait has run out. opts are New's. It is the short way for
-// independent nodes given as addresses or URLs:
+// *redis.Client for each that [Redlock.Close] closes. opts are New's:
 //
 //	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES")) // 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
 //
-// Open returns ParseNodes's and New's errors; it connects to no node (a
-// node that is down fails the calls that reach it, as with New). Its
-// clients make go-redis log nothing of a node that refuses connections
-// (go-redis would log each failed dial, a pool's size of lines each time):
-// the error handler ([WithErrorHandler]) and the observer's Connection
-// hook hear of it once, and the observer once more when it is back. A
-// node that refused is dialed again a second later at the earliest; the
-// calls in between fail there at once.
+// It connects to no node. Its clients make go-redis log nothing of a node
+// that refuses connections: [WithErrorHandler] and the observer's Connection
+// hear of it once (and the observer of its return); a refusing node is
+// dialed again a second later at the earliest. Open returns ParseNodes's
+// and New's errors.
 func Open(list string, opts ...Option) (*Redlock, error) {
 	parsed, err := ParseNodes(list)
 	if err != nil {

@@ -7,18 +7,12 @@ import (
 )
 
 // Observer receives what happens inside a Redlock, for metrics, traces and
-// logs (the module github.com/go-redlock/redlock/redlockotel turns it into
-// OpenTelemetry spans and metrics). Each field is optional. Give it with
-// [WithObserver], to New (every call) or to one call.
-//
-// The hooks are called synchronously, from the goroutine that made the call
-// (Vote: from the node's worker), never while the engine holds a lock of its
-// own, with copies of the engine's data (slices and NodeErrors; the errors
-// inside are shared and must not be changed): an observer cannot change the
-// locking. It can slow it down, so a hook must return quickly (count, record,
-// hand off). A hook that panics is recovered and ignored. Without an
-// observer nothing is copied or allocated for it (benchmarks/README.md,
-// "What each feature costs").
+// logs (the module redlockotel turns it into OpenTelemetry). Each field is
+// optional. Give it with [WithObserver], to New or to one call. The hooks
+// are called synchronously, never while the engine holds a lock, with
+// copies of its data: a hook cannot change the locking, but must return
+// quickly. A hook that panics is recovered. Without an observer nothing is
+// allocated for it.
 type Observer struct {
 	// Attempt is called after each attempt of an operation on every node.
 	Attempt func(AttemptInfo)

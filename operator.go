@@ -17,23 +17,15 @@ import (
 // What an operator undoes: taking a resource back (ForceRelease); and the
 // calls of Inspect and ForceRelease, one script per node.
 
-// ForceRelease takes resource back from its holders, whatever its kind:
-// with no values, from every holder; with values (as [Inspection].Holders
-// shows them), from those only. It is for an operator: a job killed with a
-// long ttl, a lock whose holder is gone.
-//
-// Waiters are woken as by a release, and fencing counters are kept. Each
-// removed holder is announced, and a holder that hears it ends that lock
-// at once (its Using context and term end, its Extend fails, matching
-// [ErrLockExpired]); one that does not fails at its next extension: the
-// keys are left as tombstones that acquires take as free and extensions
-// never write over. A waiter the fair queue holds keeps its place.
-//
-// It returns nil when every node answered (a free resource included), an
-// error matching [ErrInvalidArgument] for bad input, [ErrClosed] on a
-// closed Redlock, [ErrNotHeld] when no node held any of the values, and
-// otherwise one joining each silent node's [*NodeError] (with a quorum
-// answered, the removed holders hold the resource on no quorum).
+// ForceRelease takes resource back from its holders, whatever its kind: with
+// no values, from every holder; with values (as [Inspection].Holders shows
+// them), from those only. It is for an operator: a job killed with a long
+// ttl, a lock whose holder is gone. Waiters are woken, fencing counters
+// kept, and each removed holder is told at once (its Using context ends, its
+// Extend fails with [ErrLockExpired]) or at its next extension. It returns
+// nil when every node answered, [ErrInvalidArgument] for bad input,
+// [ErrClosed] on a closed Redlock, [ErrNotHeld] when no node held any of the
+// values, and otherwise an error joining each silent node's [*NodeError].
 func (r *Redlock) ForceRelease(ctx context.Context, resource string, values ...string) error {
 	cfg, err := r.operatorReady(ctx, string(OpForceRelease), resource, nil)
 	if err != nil {

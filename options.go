@@ -179,39 +179,23 @@ func WithAutomaticExtensionThreshold(d time.Duration) LockOption {
 	return func(c *config) { c.extensionThreshold, c.given = d, c.given|givenThreshold }
 }
 
-// WithNodeTimeout sets how long one attempt waits for a node's answer to a
-// script call. A node that has not answered by then votes against, and the
-// attempt is decided without it. The timeout is enforced by redlock itself,
-// so it holds even when the go-redis client has no timeout of its own (or
-// ignores context deadlines, as go-redis does unless ContextTimeoutEnabled is
-// set). For acquire and extend it is further capped at the lock's validity,
-// since a later answer could not be used. It must be in [1ms, 24h].
-//
-// Only a node's own silence past this timeout counts against it: after one,
-// calls to that node (on a Cluster, that shard) fail at once without being
-// sent, until one node timeout has passed, when one call is sent alone as a
-// probe; an answer to it ends the pause. So a node that does not answer holds
-// at most 4 of redlock's call goroutines, however many calls are made
-// meanwhile, and costs each caller nothing more than a vote against. A
-// release it does not reply to is kept and sent again when it answers. A
-// node's first connection is waited for 5 node timeouts. Default: 100ms.
+// WithNodeTimeout sets how long one attempt waits for a node's answer; a
+// node that has not answered by then votes against, whatever the client's
+// own timeouts. For acquire and extend it is capped at the lock's validity.
+// After a timeout, calls to that node fail at once without being sent until
+// a probe answers (one call sent alone per node timeout), so a silent node
+// holds at most 4 of redlock's goroutines; a node's first connection is
+// waited for 5 node timeouts. It must be in [1ms, 24h]. Default: 100ms.
 func WithNodeTimeout(d time.Duration) CallOption {
 	return func(c *config) { c.nodeTimeout = d }
 }
 
-// WithErrorHandler sets a function that receives every vote against, as a
-// [*NodeError], the way node-redlock emits its "error" event: contention,
-// network and Redis errors, and per-node timeouts, including those of the
-// cleanup after a failed acquire and those that arrive after the call that
-// caused them has returned; and, for a Redlock made by [Open], once each
-// time a node stops accepting connections ([OpConnect]; go-redis logs
-// nothing of it). It is called from redlock's goroutines, possibly
-// concurrently, and must not block for long. A nil handler turns it off.
-// Default: none.
-//
-// For example, to log with log/slog:
-//
-//	redlock.WithErrorHandler(func(err error) { slog.Warn("redlock vote", "err", err) })
+// WithErrorHandler sets a function that receives every vote against as a
+// [*NodeError] (contention, network and Redis errors, timeouts, those of
+// cleanups and late answers included), as node-redlock's "error" event; and,
+// for a Redlock made by [Open], each time a node stops accepting connections
+// ([OpConnect]). It is called from redlock's goroutines, possibly
+// concurrently, and must return quickly. nil turns it off. Default: none.
 func WithErrorHandler(fn func(err error)) CallOption {
 	return func(c *config) { c.onError = fn }
 }

@@ -52,21 +52,17 @@ func (r *Redlock) Quorum() int {
 }
 
 // Extend sets the ttl of lock's resources to ttl from now on a quorum of
-// nodes and returns a new Lock with the new expiration; lock itself is spent
-// for extending (Extend it again through the new Lock), while a Release
-// through it still releases the lock. Options start from those lock was
-// acquired with.
+// nodes and returns a new Lock with the new expiration; lock itself can no
+// longer be extended (a Release through it still releases). Options start
+// from those lock was acquired with. A node that lost the lock's keys does
+// not count for it: a lost lock stays lost.
 //
 // Extend returns an error matching [ErrInvalidArgument] for a nil Lock, a
-// Lock of another Redlock, a bad ttl or option, or a Lock that another
-// goroutine is extending at the same time. It returns an [*ExecutionError]
-// matching [ErrLockExpired] at once, without retrying, when the lock's
-// validity has passed, this handle was already extended, a release of the
-// lock was attempted, or a quorum of nodes no longer holds it. A lost lock
-// stays lost for every handle: it is not extended back onto nodes that
-// lost its keys. The error matches ctx.Err() when ctx ended the call, and
-// neither when node failures kept it from a quorum. A Lock that Extend
-// returns while a Release runs through another handle is not Valid.
+// Lock of another Redlock, a bad ttl or option, or a Lock being extended
+// concurrently; an [*ExecutionError] matching [ErrLockExpired], at once,
+// when the validity has passed, the handle was already extended or
+// released, or no quorum holds the lock; matching ctx.Err() when ctx ended
+// the call; and matching neither when node failures kept it from a quorum.
 func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...CallOption) (*Lock, error) {
 	oc, seen := observing(r, lock, opts)
 	if !seen {
@@ -164,21 +160,14 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 }
 
 // Release deletes the lock's resources on every node that still holds its
-// value, and succeeds when a quorum did. Any handle of the lock releases it,
-// and every handle is spent once anything was sent (its deletes may have
-// landed). Options start from those the lock was acquired with.
-//
-// A Release whose ctx has already ended still makes one attempt, bounded by
-// the node timeout, so that `defer lock.Release(ctx)` with a request's
-// expired ctx does not leave the lock held for its ttl; a delete already
-// sent is never cut off by ctx.
-//
-// Release returns an error matching [ErrInvalidArgument] for a nil Lock or a
-// Lock of another Redlock, or (joined to the release's result) for an option
-// out of range: it releases all the same. It returns an [*ExecutionError]
-// matching [ErrLockExpired] when the lock was already released or is held
-// by no quorum, matching ctx.Err() when ctx ended the call, and matching
-// neither when node failures kept it from a quorum.
+// value, and succeeds when a quorum did; every handle of the lock is spent
+// once anything was sent. Options start from the lock's. A Release whose ctx
+// has already ended still makes one attempt, bounded by the node timeout, so
+// that `defer lock.Release(ctx)` does not leave the lock held for its ttl.
+// It returns [ErrInvalidArgument] for a nil Lock, another Redlock's, or an
+// option out of range (releasing all the same); an [*ExecutionError]
+// matching [ErrLockExpired] when the lock was already released or is held by
+// no quorum, ctx.Err() when ctx ended the call, neither on node failures.
 func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...ReleaseOption) (*ExecutionResult, error) {
 	oc, seen := observing(r, lock, opts)
 	if !seen {
@@ -256,19 +245,14 @@ func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out 
 // two node timeouts are longer.
 const closeWait = time.Second
 
-// Close ends the Redlock: it resigns the live terms of its elections, ends
-// its release subscriptions, sends at once the releases held for nodes that
-// had not replied, and waits for them and every call in flight (at most one
-// second, or two node timeouts when longer). Then it closes the clients that
-// [Open] made; the clients given to New stay the caller's.
-//
-// After Close, every call that takes something new (Acquire, Using,
-// Campaign, Lead, Leader, Observe, Inspect, ForceRelease, List) returns an
-// error matching [ErrClosed] at once, sending nothing; Extend and Release of
-// the locks taken before are still sent (with Open's clients, closed, they
-// fail: release first). Close is idempotent and safe for concurrent use; it
-// returns an error when something still waited for a silent node, and
-// leaves no goroutine behind.
+// Close ends the Redlock: it resigns its live terms, ends its subscriptions,
+// sends at once the releases held for silent nodes, waits for them and the
+// calls in flight (at most a second, or two node timeouts), then closes the
+// clients that [Open] made. After Close, every call that takes something
+// new returns [ErrClosed] at once, sending nothing; Extend and Release of
+// the locks taken before are still sent. Close is idempotent and safe for
+// concurrent use; it returns an error when something still waited for a
+// silent node, and leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil || r.wake == nil { // nil, or not made by New
 		return nil

@@ -6,25 +6,16 @@ import (
 	"time"
 )
 
-// Using runs fn while holding a lock on resources, extending the lock by
-// ttl for as long as fn runs, and releases it when fn returns (even if ctx
-// has ended, or fn panicked: the panic goes on). It is node-redlock's using,
-// with the lock-lost signal carried by fn's context.
-//
-// The lock is acquired with opts; if that fails, fn never runs and the
-// acquire error is returned. An extension starts when the expiration is
-// less than the threshold away ([WithAutomaticExtensionThreshold]) and is
-// retried until the lock's cancel point: a quarter of the threshold before
-// the validity ends, 100ms at most. When the lock cannot be kept (taken
-// over, gone, force-released, or no extension through by the cancel
-// point), fn's context ends with a cause ([context.Cause]) matching
-// [ErrExtensionFailed], and Using returns an error matching it even if fn
-// returned nil. fn should stop acting on the resource when ctx.Done fires.
-//
-// Using returns fn's error, with a release error joined to it; an error
-// matching [ErrInvalidArgument] for a nil fn, a ttl below the threshold +
-// 100ms, a threshold below the node timeout and what Acquire refuses; and
-// [ErrClosed] once the Redlock is closed. RELIABILITY.md has its bounds.
+// Using runs fn while holding a lock on resources, acquired with opts and
+// extended by ttl while fn runs, and releases it when fn returns (even if ctx
+// ended or fn panicked). When the lock cannot be kept (taken over, gone,
+// force-released, or not extended by its cancel point, shortly before its
+// validity ends), fn's context ends with a cause matching
+// [ErrExtensionFailed], and so does Using's error even if fn returned nil.
+// If the acquire fails, fn never runs and its error is returned. Using
+// returns fn's error with a release error joined; [ErrInvalidArgument] for
+// a nil fn, a ttl below the extension threshold + 100ms, or what Acquire
+// refuses; [ErrClosed] once the Redlock is closed.
 func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if err := r.open(ctx, "using", resources); err != nil {
 		return err
