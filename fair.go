@@ -151,7 +151,7 @@ func queueID(member string) string { return member[:strings.LastIndexByte(member
 // fairExtendPlan extends a lock of the fair queue: its resources hold its
 // value, or its waiter's id (handed to it).
 func fairExtendPlan(resources []string, value, member string, until time.Time, ttl time.Duration) *plan {
-	p := extendPlan(resources, value, until, ttl)
+	p := newExtendPlan(resources, value, until, ttl)
 	p.s = script.FairExtend
 	p.args = append(p.args, queueID(member))
 	return p
@@ -160,7 +160,7 @@ func fairExtendPlan(resources []string, value, member string, until time.Time, t
 // fairReleasePlan releases a lock of the fair queue, whose waiter's place
 // in the queues is member: each resource goes to the head of its queue.
 func fairReleasePlan(resources []string, value, member string, until time.Time) *plan {
-	p := releasePlan(resources, value, until)
+	p := newReleasePlan(resources, value, until)
 	p.s, p.keys = script.FairRelease, fairKeys(resources)
 	p.args = []any{value, member, queueID(member)}
 	return p

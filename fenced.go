@@ -73,10 +73,10 @@ func (fencedKind) extend(l *Lock, ttl time.Duration) *plan {
 }
 
 func (fencedKind) release(l *Lock, until time.Time) *plan {
-	return releasePlan(l.resources, l.value, until)
+	return newReleasePlan(l.resources, l.value, until)
 }
 
-// handsOver: with a new token (fencedHooks.takeOver).
+// handsOver: with a new token (fencedHooks.adoptHanded).
 func (fencedKind) handsOver() bool { return true }
 
 // fencedAcquirePlan locks resources for ttl and draws a fencing token.
@@ -95,10 +95,10 @@ func (fencedHooks) sealed(c *run, p *plan, st ExecutionStats, as *attemptState) 
 	return c.r.writeBack(c.ctx, c.cfg, p, c.o.value, st, as, p.ttl-c.d)
 }
 
-// takeOver draws a new token for the lock handed over: the token + 1,
+// adoptHanded draws a new token for the lock handed over: the token + 1,
 // written to a quorum of nodes that still hold the value (script.WriteBack),
 // within the lock's validity. It disowns the offer when it cannot.
-func (fencedHooks) takeOver(c *run, p *plan, off *handOff) bool {
+func (fencedHooks) adoptHanded(c *run, p *plan, off *handOff) bool {
 	token := off.token + 1
 	wb := &plan{op: OpFence, s: script.WriteBack, keys: p.keys, res: p.res, args: []any{off.value, strconv.FormatUint(token, 10)}, acked: p.acked, raises: true}
 	timeout := min(c.cfg.nodeTimeout, time.Until(off.until).Truncate(time.Millisecond))
@@ -115,11 +115,11 @@ func (fencedHooks) takeOver(c *run, p *plan, off *handOff) bool {
 	return true
 }
 
-// fencedExtendPlan extends a fenced lock (token) as extendPlan does, and
+// fencedExtendPlan extends a fenced lock (token) as newExtendPlan does, and
 // raises its counters to the token on every node it extends, so that a
 // node that lost them (restarted empty) has them again.
 func fencedExtendPlan(resources []string, value string, token uint64, until time.Time, ttl time.Duration) *plan {
-	p := extendPlan(resources, value, until, ttl)
+	p := newExtendPlan(resources, value, until, ttl)
 	p.s, p.keys = script.FencedExtend, fencedKeys(resources)
 	p.args = append(p.args, strconv.FormatUint(token, 10))
 	return p

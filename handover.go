@@ -83,7 +83,7 @@ func (c *run) takeOver(p *plan, off *handOff) bool {
 		c.r.disown(c.ctx, c.cfg, p, off)
 		return false
 	}
-	if !p.hook().takeOver(c, p, off) { // a fenced lock's new token
+	if !p.hook().adoptHanded(c, p, off) { // a fenced lock's new token
 		return false
 	}
 	c.o.value, c.o.token, c.o.handed = off.value, off.token, off
@@ -98,7 +98,7 @@ func (r *Redlock) disown(ctx context.Context, cfg *config, p *plan, off *handOff
 	}
 	one := *cfg
 	one.retryCount = 0
-	rp := releasePlan(p.res, off.value, off.until)
+	rp := newReleasePlan(p.res, off.value, off.until)
 	rp.acked = p.acked
 	r.execute(context.WithoutCancel(ctx), &one, rp)
 }

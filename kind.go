@@ -53,9 +53,9 @@ type hooks interface {
 	pause(d time.Duration) (time.Duration, bool)
 	// gaveUp runs when the call ends without the lock after an attempt.
 	gaveUp(c *run, p *plan)
-	// takeOver is the waiter's step before it takes a lock handed over
+	// adoptHanded is the waiter's step before it takes a lock handed over
 	// in the process; it reports false when the lock cannot be taken.
-	takeOver(c *run, p *plan, off *handOff) bool
+	adoptHanded(c *run, p *plan, off *handOff) bool
 }
 
 // noHooks are the hooks of the plain lock: nothing more.
@@ -69,4 +69,4 @@ func (noHooks) failed(*run, *plan, ExecutionStats, *attemptState) {}
 func (noHooks) granted(*run, *plan) bool                          { return false }
 func (noHooks) pause(d time.Duration) (time.Duration, bool)       { return d, true }
 func (noHooks) gaveUp(*run, *plan)                                {}
-func (noHooks) takeOver(*run, *plan, *handOff) bool               { return true }
+func (noHooks) adoptHanded(*run, *plan, *handOff) bool            { return true }

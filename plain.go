@@ -13,11 +13,11 @@ func (plainKind) acquire(resources []string, ttl time.Duration, _ *config) *plan
 func (k plainKind) won(*plan, *outcome) kind { return k }
 
 func (plainKind) extend(l *Lock, ttl time.Duration) *plan {
-	return extendPlan(l.resources, l.value, l.until(), ttl)
+	return newExtendPlan(l.resources, l.value, l.until(), ttl)
 }
 
 func (plainKind) release(l *Lock, until time.Time) *plan {
-	return releasePlan(l.resources, l.value, until)
+	return newReleasePlan(l.resources, l.value, until)
 }
 
 func (plainKind) handsOver() bool { return true }

@@ -111,16 +111,16 @@ func acquirePlan(keys []string, ttl time.Duration) *plan {
 		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true}
 }
 
-// extendPlan sets the ttl of a lock's resources, which hold value until
-// until, to ttl.
-func extendPlan(resources []string, value string, until time.Time, ttl time.Duration) *plan {
+// newExtendPlan is the plan that sets the ttl of a lock's resources, which
+// hold value until until, to ttl.
+func newExtendPlan(resources []string, value string, until time.Time, ttl time.Duration) *plan {
 	return &plan{op: OpExtend, s: script.Extend, keys: resources, res: resources, args: []any{value, int64(ttl / time.Millisecond)},
 		ttl: ttl, until: until, pastUntil: refusePastUntil}
 }
 
-// releasePlan deletes a lock's resources where they hold value, counting
-// until as the lock's expiration.
-func releasePlan(resources []string, value string, until time.Time) *plan {
+// newReleasePlan is the plan that deletes a lock's resources where they hold
+// value, counting until as the lock's expiration.
+func newReleasePlan(resources []string, value string, until time.Time) *plan {
 	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: []any{value},
 		until: until, pastUntil: oneAttemptPastUntil}
 }

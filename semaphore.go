@@ -67,7 +67,7 @@ func (k semaphoreKind) won(_ *plan, o *outcome) kind {
 }
 
 func (k semaphoreKind) extend(l *Lock, ttl time.Duration) *plan {
-	p := extendPlan(l.resources, l.value, l.until(), ttl)
+	p := newExtendPlan(l.resources, l.value, l.until(), ttl)
 	p.keys, p.s = k.keys(l.resources), script.PermitExtend
 	p.args = append(append(p.args, k.permits), k.picks...)
 	p.undo, p.undoKeys, p.undoArgs = script.PermitCleanup, p.keys, []any{k.permits}
@@ -75,7 +75,7 @@ func (k semaphoreKind) extend(l *Lock, ttl time.Duration) *plan {
 }
 
 func (k semaphoreKind) release(l *Lock, until time.Time) *plan {
-	p := releasePlan(l.resources, l.value, until)
+	p := newReleasePlan(l.resources, l.value, until)
 	p.keys, p.s = k.keys(l.resources), script.PermitRelease
 	p.args = append(append(p.args, k.permits), k.picks...)
 	return p

@@ -41,14 +41,14 @@ func (k sharedKind) acquire(resources []string, ttl time.Duration, _ *config) *p
 func (k sharedKind) won(*plan, *outcome) kind { return k }
 
 func (k sharedKind) extend(l *Lock, ttl time.Duration) *plan {
-	p := extendPlan(l.resources, l.value, l.until(), ttl)
+	p := newExtendPlan(l.resources, l.value, l.until(), ttl)
 	p.keys, p.s = k.keys(l.resources), script.SharedExtend
 	p.undo, p.undoKeys = script.SharedCleanup, p.keys
 	return p
 }
 
 func (k sharedKind) release(l *Lock, until time.Time) *plan {
-	p := releasePlan(l.resources, l.value, until)
+	p := newReleasePlan(l.resources, l.value, until)
 	p.keys, p.s = k.keys(l.resources), script.SharedRelease
 	return p
 }

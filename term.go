@@ -28,7 +28,7 @@ func (termKind) acquire(resources []string, ttl time.Duration, _ *config) *plan 
 func (k termKind) won(*plan, *outcome) kind { return k }
 
 func (k termKind) extend(l *Lock, ttl time.Duration) *plan {
-	p := extendPlan(l.resources, l.value, l.until(), ttl)
+	p := newExtendPlan(l.resources, l.value, l.until(), ttl)
 	p.s, p.keys = script.ElectExtend, k.rec.keys
 	p.args = append(p.args, strconv.FormatUint(l.token, 10), k.rec.id)
 	return p
@@ -36,7 +36,7 @@ func (k termKind) extend(l *Lock, ttl time.Duration) *plan {
 
 // release: a term's release is the plain one.
 func (termKind) release(l *Lock, until time.Time) *plan {
-	return releasePlan(l.resources, l.value, until)
+	return newReleasePlan(l.resources, l.value, until)
 }
 
 func (termKind) handsOver() bool { return false }

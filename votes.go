@@ -206,7 +206,7 @@ func fromLane(err error) error {
 		return nte
 	case *lane.TwinError:
 		return &sameServerError{e}
-	case *lane.UnexpectedError:
+	case *lane.UnexpectedAckError:
 		return &unexpectedResult{Reply: e.Reply}
 	}
 	return err

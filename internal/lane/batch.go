@@ -77,7 +77,7 @@ func readAcks(calls []*Call, wait *driver.Cmd) {
 			}
 		}
 		if replicas < 0 {
-			err = &UnexpectedError{res}
+			err = &UnexpectedAckError{res}
 		}
 	}
 	for _, c := range calls {
@@ -185,10 +185,10 @@ func serverOf(info string) string {
 	return ""
 }
 
-// UnexpectedError is an answer to WAIT that is not a count.
-type UnexpectedError struct{ Reply any }
+// UnexpectedAckError is an answer to WAIT that is not a count.
+type UnexpectedAckError struct{ Reply any }
 
-func (e *UnexpectedError) Error() string {
+func (e *UnexpectedAckError) Error() string {
 	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
 }
 
