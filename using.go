@@ -111,3 +111,45 @@ func join(errs ...error) error {
 	}
 	return errors.Join(errs...)
 }
+
+// heldKey is the context key of the lock that Using gives fn (held).
+type heldKey struct{}
+
+// held is what fn's context says of its lock: its token and its value.
+type held struct {
+	token uint64
+	value string
+}
+
+// TokenFrom returns the fencing token of the lock that a fenced
+// [Redlock.Using] runs fn under, from fn's context (or one derived from
+// it), and true; from a [Term]'s context (and [Election.Lead]'s fn's), the
+// term's number. It returns 0 and false for any other context, a non-fenced
+// Using's among them. See [WithFencing].
+func TokenFrom(ctx context.Context) (uint64, bool) {
+	if ctx == nil {
+		return 0, false
+	}
+	h, ok := ctx.Value(heldKey{}).(held)
+	return h.token, ok && h.token != 0
+}
+
+// ValueFrom returns the value of the lock that [Redlock.Using] runs fn
+// under ([Lock.Value]: what [Redlock.Inspect] shows and
+// [Redlock.ForceRelease] takes), from fn's context (or one derived from
+// it), and true; from a [Term]'s context, its term's lock value. It
+// returns "" and false for any other context.
+func ValueFrom(ctx context.Context) (string, bool) {
+	if ctx == nil {
+		return "", false
+	}
+	h, ok := ctx.Value(heldKey{}).(held)
+	return h.value, ok && h.value != ""
+}
+
+// withHeld returns ctx carrying lock's token and value, in place of any
+// that ctx carries already (a Using around it, for other resources), so
+// that TokenFrom and ValueFrom never hand fn another lock's.
+func withHeld(ctx context.Context, lock *Lock) context.Context {
+	return context.WithValue(ctx, heldKey{}, held{lock.token, lock.value})
+}

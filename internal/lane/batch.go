@@ -189,7 +189,7 @@ func serverOf(info string) string {
 type UnexpectedAckError struct{ Reply any }
 
 func (e *UnexpectedAckError) Error() string {
-	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
+	return fmt.Sprintf("redlock: unexpected answer to WAIT, of type %T (a count was expected)", e.Reply)
 }
 
 // runBatch runs calls in one round trip: alone when there is one, else in
