@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Leader election: a term is a fenced lock on the election's key, kept
@@ -59,7 +58,7 @@ type Election struct {
 // Cluster all three are in one slot. A bad name is reported by the calls
 // of the Election, not here.
 func (r *Redlock) Election(name string) *Election {
-	key := electionPrefix + name
+	key := script.ElectionPrefix + name
 	return &Election{r: r, name: name, key: key, rec: leaderKey(key)}
 }
 
@@ -94,7 +93,7 @@ func (e *Election) ready(ctx context.Context, call string) error {
 	if e.name == "" {
 		return invalid("empty election name: name the election (\"scheduler\", \"outbox-relay\")")
 	}
-	return nil // the key is electionPrefix + name: in no other namespace, and refused to anything but a campaign
+	return nil // the key is script.ElectionPrefix + name: in no other namespace, and refused to anything but a campaign
 }
 
 // Campaign blocks until the candidate id (1 to 1024 bytes, shown by
@@ -239,4 +238,4 @@ func (e *Election) Lead(ctx context.Context, id string, ttl time.Duration, fn fu
 
 // leaderKey is where an election whose lock key is key keeps its leader
 // record, in key's slot.
-func leaderKey(key string) string { return script.LeaderPrefix + "{" + slot.Tag(key) + "}:" + key }
+func leaderKey(key string) string { return script.Key(script.LeaderPrefix, key) }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // The fair queue (WithFairQueue): an Acquire that finds its resources held
@@ -52,14 +51,9 @@ import (
 // with every client: each needs a quorum of keys with its own value.
 
 // queueKey and queueLiveKey return the keys of resource's queue and of its
-// waiters' deadlines, in its slot.
-func queueKey(resource string) string {
-	return script.QueuePrefix + "{" + slot.Tag(resource) + "}:" + resource
-}
-
-func queueLiveKey(resource string) string {
-	return script.QueueLivePrefix + "{" + slot.Tag(resource) + "}:" + resource
-}
+// waiters' deadlines.
+func queueKey(resource string) string     { return script.Key(script.QueuePrefix, resource) }
+func queueLiveKey(resource string) string { return script.Key(script.QueueLivePrefix, resource) }
 
 // fairKeys returns the KEYS of the fair scripts: the resources, their
 // queues, their deadlines.

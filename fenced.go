@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Fencing tokens (WithFencing). Each node keeps a counter per resource, the
@@ -37,16 +36,8 @@ import (
 // ([Redlock.Inspect]'s Counter), never from one node.
 func FenceKey(resource string) string { return fenceKey(resource) }
 
-// fenceKey returns the key of resource's fencing counter on every node:
-// "redlock:fence:{" + tag + "}:" + resource, where tag is resource's hash
-// tag (resource itself when it has none), so that on a Redis Cluster the
-// counter is in the resource's slot and one script can take both. A
-// resource with a '}' and no hash tag cannot be its own tag: its tag is the
-// slot's number tag (slot.NumberTag), cached per slot. No two resources share a
-// counter: the resource is the key's tail, after the first "}:".
-func fenceKey(resource string) string {
-	return script.FencePrefix + "{" + slot.Tag(resource) + "}:" + resource
-}
+// fenceKey returns the key of resource's fencing counter.
+func fenceKey(resource string) string { return script.Key(script.FencePrefix, resource) }
 
 // fencedKeys returns the KEYS of a fenced script: the resources, then their
 // counters.

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -26,9 +27,10 @@ func TestLayers(t *testing.T) {
 		"driver":          {"github.com/redis/go-redis/v9"},
 		"internal/lane":   {"github.com/redis/go-redis/v9", mod + "driver", mod + "internal/flight", mod + "internal/slot"},
 		"internal/wake":   {mod + "driver", mod + "internal/flight"},
-		"internal/script": nil,
+		"internal/script": {mod + "internal/slot"},
 		"internal/slot":   nil,
 		"internal/flight": nil,
+		"internal/dial":   nil,
 	}
 	for dir, may := range allowed {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -98,4 +100,37 @@ func TestEngineNamesNoKind(t *testing.T) {
 		_, err := os.Stat(f)
 		assert.NoError(t, err, "the kind file %s", f)
 	}
+}
+
+// Every name of a key or channel on the nodes ("redlock:" and a word) is
+// spelled in internal/script/keys.go alone: the scripts, the kinds, the
+// checks of reserved namespaces and the tools take it from there.
+func TestKeyNamesInOnePlace(t *testing.T) {
+	name := regexp.MustCompile(`^"redlock:[a-z]`)
+	var found []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || path == filepath.Join("internal", "script", "keys.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && name.MatchString(lit.Value) {
+				found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value)
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Empty(t, found, "key names spelled outside internal/script/keys.go")
 }

@@ -301,8 +301,8 @@ func checkPattern(p string) error {
 	if literal < 0 {
 		literal = len(p)
 	}
-	if ns := reservedPrefix(p[:literal]); ns != "" && ns != electionPrefix || strings.HasPrefix(p[:literal], script.FencePrefix) {
-		return invalid("pattern %q matches only redlock's own keys, not resources: give a resource's pattern (elections: %q)", p, electionPrefix+"*")
+	if ns := script.Reserved(p[:literal]); ns != "" && ns != script.ElectionPrefix || strings.HasPrefix(p[:literal], script.FencePrefix) {
+		return invalid("pattern %q matches only redlock's own keys, not resources: give a resource's pattern (elections: %q)", p, script.ElectionPrefix+"*")
 	}
 	return nil
 }
@@ -310,8 +310,8 @@ func checkPattern(p string) error {
 // listable reports whether key may be a resource: not one of redlock's own
 // keys (a permit's holds a lock value too), and what Inspect reads.
 func listable(key string) bool {
-	ns := reservedPrefix(key)
-	return key != "" && (ns == "" || ns == electionPrefix) && !strings.HasPrefix(key, script.FencePrefix)
+	ns := script.Reserved(key)
+	return key != "" && (ns == "" || ns == script.ElectionPrefix) && !strings.HasPrefix(key, script.FencePrefix)
 }
 
 // pageReply is one node's answer to a SCAN page.

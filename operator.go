@@ -85,9 +85,9 @@ func (r *Redlock) operatorReady(ctx context.Context, call, resource string, opts
 	if resource == "" {
 		return nil, invalid("an empty resource: name the resource to inspect or release")
 	}
-	if !strings.HasPrefix(resource, electionPrefix) && reservedPrefix(resource) != "" || strings.HasPrefix(resource, script.FencePrefix) {
+	if !strings.HasPrefix(resource, script.ElectionPrefix) && script.Reserved(resource) != "" || strings.HasPrefix(resource, script.FencePrefix) {
 		return nil, invalid("%q is one of redlock's own keys, not a resource: name the resource a lock was taken on "+
-			"(an election's is %q + its name)", resource, electionPrefix)
+			"(an election's is %q + its name)", resource, script.ElectionPrefix)
 	}
 	return with(r.cfg, opts)
 }

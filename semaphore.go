@@ -1,12 +1,10 @@
 package redlock
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Semaphores (WithPermits). A permit is a lock on one of n permit keys of
@@ -26,10 +24,8 @@ type semaphoreKind struct {
 	picks   []any
 }
 
-// permitKey returns the key of resource's permit i (1-based), in its slot.
-func permitKey(resource string, i int) string {
-	return "redlock:permit:{" + slot.Tag(resource) + "}:" + resource + ":" + strconv.Itoa(i)
-}
+// permitKey returns the key of resource's permit i (1-based).
+func permitKey(resource string, i int) string { return script.PermitKey(resource, i) }
 
 // keys returns the KEYS of the semaphore's scripts on resources: per
 // resource, the resource, then its permit keys.

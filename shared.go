@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/script"
-	"github.com/go-redlock/redlock/internal/slot"
 )
 
 // Shared locks (WithShared). A shared lock is a reader in a sorted set
@@ -16,10 +15,8 @@ import (
 // sharedKind is the kind of the shared (read) locks.
 type sharedKind struct{}
 
-// readersKey returns the key of resource's readers, in its slot.
-func readersKey(resource string) string {
-	return "redlock:readers:{" + slot.Tag(resource) + "}:" + resource
-}
+// readersKey returns the key of resource's readers.
+func readersKey(resource string) string { return script.Key(script.ReadersPrefix, resource) }
 
 // keys returns the KEYS of the shared scripts on resources: per resource,
 // the resource, then its readers' key.

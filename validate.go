@@ -102,7 +102,7 @@ func validateResources(resources []string) error {
 		if strings.HasPrefix(res, script.FencePrefix) {
 			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, script.FencePrefix)
 		}
-		if ns := reservedPrefix(res); ns != "" {
+		if ns := script.Reserved(res); ns != "" {
 			return invalid("resources[%d] %q is in the namespace %s*, which redlock keeps for its own keys: give locks keys of their own", i, res, ns)
 		}
 		for j := range i {
@@ -158,21 +158,4 @@ func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
 		return invalid("the lock was acquired through another Redlock")
 	}
 	return nil
-}
-
-// electionPrefix starts the key of every election's lock: a namespace
-// refused to other calls, so that only a candidate holds it (and a term is
-// handed over to no one else).
-const electionPrefix = "redlock:election:"
-
-// reservedPrefix returns the namespace of redlock's own keys that res is
-// in (the locks and leader records of elections, the permits of
-// semaphores, the readers of shared locks, the fair queues), or "".
-func reservedPrefix(res string) string {
-	for _, ns := range []string{electionPrefix, script.LeaderPrefix, "redlock:permit:", "redlock:readers:", script.QueuePrefix, script.QueueLivePrefix} {
-		if strings.HasPrefix(res, ns) {
-			return ns
-		}
-	}
-	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // status shows what the library's Inspect finds of each resource: the
@@ -24,7 +25,7 @@ import (
 // electionPrefix is the resource an election's term is held on: the
 // election NAME's is electionPrefix + NAME (as the library's Election
 // names it).
-const electionPrefix = "redlock:election:"
+const electionPrefix = script.ElectionPrefix
 
 // The exit codes of status, grep's and leader's (0 found, 1 not).
 const (

@@ -29,6 +29,7 @@ import (
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/redistest"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // Driver makes the nodes under test.
@@ -572,7 +573,7 @@ func fairQueue(t *testing.T, d Driver) {
 // queued waits until every server queues n waiters for key.
 func queued(t *testing.T, srv []*redistest.Node, key string, n int64) {
 	t.Helper()
-	q := "redlock:queue:{" + key + "}:" + key
+	q := script.Key(script.QueuePrefix, key)
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range srv {
 		for s.Client().ZCard(context.Background(), q).Val() != n {

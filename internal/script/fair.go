@@ -19,13 +19,6 @@ package script
 // ":" + resource.
 const HandedPrefix = "~"
 
-// QueuePrefix and QueueLivePrefix start the names of a resource's queue
-// and of its deadlines.
-const (
-	QueuePrefix     = "redlock:queue:"
-	QueueLivePrefix = "redlock:qlive:"
-)
-
 // fairNow is the node's time in milliseconds; fairPurge drops, from the
 // queue q and its deadlines d, the waiters whose deadline has passed.
 const (

@@ -3,16 +3,6 @@ package script
 // What an operator sees and undoes: the reading of a resource on a node
 // (Inspect), and the removal of its holders (ForceRelease).
 
-// Tombstone is what a force-released exclusive lock (or permit) leaves in
-// its key, for as long as its holder could still try to extend it: every
-// acquire of redlock takes it as free, and the holder's extensions, which
-// find a value that is not theirs, fail, instead of writing the key again
-// (an extension restores a key that a node lost in a restart). A
-// force-released reader of a shared lock is kept in the readers' set with a
-// negative score (minus when the tombstone ends), which the shared scripts
-// do not count as a reader and which makes its extension fail.
-const Tombstone = "redlock:gone"
-
 // inspectSrc reads a resource on one node. KEYS: the resource, its fencing
 // counter, its queue, its queue's deadlines, its readers, its leader record
 // (all in its slot); ARGV[1]: the prefix of its permit keys (the permit's

@@ -10,15 +10,6 @@ import (
 	"strings"
 )
 
-// ReleasedChannel is the pub/sub channel on which the release script
-// announces each resource it freed, as value + resource (redlock's
-// exported ReleasedChannel).
-const ReleasedChannel = "redlock:released"
-
-// FencePrefix starts the name of every fencing counter: the fenced scripts'
-// KEYS hold, after the resources, their counters under it.
-const FencePrefix = "redlock:fence:"
-
 // MaxToken is the largest fencing token and counter: Lua's numbers are
 // doubles, exact for integers up to 2^53. A counter that reached it is
 // exhausted.
@@ -363,15 +354,6 @@ func (e *UnexpectedError) Error() string {
 	return fmt.Sprintf("redlock: unexpected result of type %T returned from redis", e.Reply)
 }
 
-// ElectedChannel is the pub/sub channel on which a term's extension
-// announces the term where it recorded it on a node: the message is the
-// election's key. Observers of the election wake on it and read the leader.
-const ElectedChannel = "redlock:elected"
-
-// LeaderPrefix starts the key under which a node keeps an election's
-// leader record (value:term:id), next to the election's lock key.
-const LeaderPrefix = "redlock:leader:"
-
 const (
 	// leaderSrc reads an election on one node: KEYS are its lock key and
 	// its leader record. It answers the record when the key holds the
@@ -443,19 +425,6 @@ func ReadRecord(res any) (rec Record, ok bool, err error) {
 	}
 	return Record{Value: v, Term: term, ID: id}, true, nil
 }
-
-// The markers a semaphore or a shared lock keeps in its resource's own key
-// while it is held, so that an exclusive lock (whose acquire sees a value
-// that is not its own) waits for it, and a lock of another kind is told
-// apart. SharedWriterWaits is SharedMarker once an exclusive acquire found
-// it: no new shared lock is granted there until the readers have left, or
-// the writer stopped trying for WriterWaitsFor.
-const (
-	PermitsMarker     = "redlock:permits:" // + the number of permits
-	SharedMarker      = "redlock:shared"
-	SharedWriterWaits = "redlock:shared:w:" // + until when, in ms of the node's clock
-	MixedKinds        = "ERR redlock: mixed kinds: "
-)
 
 // now is the node's clock in milliseconds, for the readers' expiry.
 const nowLua = `
