@@ -112,6 +112,7 @@ type DialedNode struct {
 	n      *node // set once the client is made
 	err    error // the last dial's error, until then
 	closed bool
+	cuts   []func() bool // the connections of the NewClient under way, closed at Close
 }
 
 // DialError is the error of every call of a DialedNode whose client is not
@@ -146,6 +147,10 @@ func (d *DialedNode) dial(opt valkey.ClientOption) {
 	for {
 		c, err := valkey.NewClient(opt)
 		d.mu.Lock()
+		for _, stop := range d.cuts { // its connections are the client's now
+			stop()
+		}
+		d.cuts = nil
 		if err == nil {
 			d.n = &node{c: c, info: d.info}
 			d.mu.Unlock()
@@ -165,20 +170,34 @@ func (d *DialedNode) dial(opt valkey.ClientOption) {
 }
 
 // dialer returns a DialCtxFn that dials as inner does (or as
-// valkey-go's default does, for nil), and gives up at Close.
+// valkey-go's default does, for nil), and gives up at Close. A connection
+// made while the client is not (NewClient's handshake on it, which a
+// server that hangs never answers) is closed at Close too, so that Close
+// does not wait for the handshake's timeout.
 func (d *DialedNode) dialer(inner func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, dst string, nd *net.Dialer, tc *tls.Config) (net.Conn, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(d.ctx, cancel)()
+		var c net.Conn
+		var err error
 		switch {
 		case inner != nil:
-			return inner(ctx, dst, nd, tc)
+			c, err = inner(ctx, dst, nd, tc)
 		case tc != nil:
-			return (&tls.Dialer{NetDialer: nd, Config: tc}).DialContext(ctx, "tcp", dst)
+			c, err = (&tls.Dialer{NetDialer: nd, Config: tc}).DialContext(ctx, "tcp", dst)
 		default:
-			return nd.DialContext(ctx, "tcp", dst)
+			c, err = nd.DialContext(ctx, "tcp", dst)
 		}
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		if d.n == nil { // a reconnection of the client made: Close closes the client
+			d.cuts = append(d.cuts, context.AfterFunc(d.ctx, func() { _ = c.Close() }))
+		}
+		d.mu.Unlock()
+		return c, nil
 	}
 }
 

@@ -154,3 +154,22 @@ func TestDialRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Close of a node whose server hangs (it takes the connection, never
+// answers the client's handshake) cuts the handshake: it returns at once,
+// not at the client's own timeout (was: 4.7 s).
+func TestDialCloseWithAHungServer(t *testing.T) {
+	srv := redistest.Start(t, 1)[0]
+	srv.Pause()
+	defer srv.Resume()
+	n, err := redlockvalkey.Dial(valkey.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the handshake is under way
+	start := time.Now()
+	n.Close()
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("Close of a node whose server hangs took %v", took)
+	}
+}
