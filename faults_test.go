@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,52 @@ func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.NoError(t, rl.Close(), "nothing waits for a node that refused every connection")
+}
+
+// A node that was reached, then went down (it refuses connections), makes
+// Close wait for nothing: the releases held for it go out at Close, are
+// refused, and are given up (was: held again, and Close waited its whole
+// second and said a node "has not answered"; found by helper-7's probe).
+// With New's clients and Open's, with and without a waiter subscribed.
+func TestCloseDoesNotWaitForANodeThatWentDown(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		for _, waiter := range []bool{false, true} {
+			t.Run(fmt.Sprintf("open=%v,waiter=%v", open, waiter), func(t *testing.T) {
+				t.Parallel()
+				nodes := redistest.Start(t, 3)
+				var rl *redlock.Redlock
+				var err error
+				if open {
+					var list []string
+					for _, nd := range nodes {
+						list = append(list, nd.Addr())
+					}
+					rl, err = redlock.Open(strings.Join(list, ","))
+				} else {
+					// Clients as ParseNodes makes them: go-redis's own
+					// default dial retries (5, 100ms apart, each call retried
+					// 3 times) keep a call to a refusing node inside the
+					// client for about 2 s, which Close waits for.
+					setup := redistest.Setup{On: nodes, Client: &redis.Options{DialerRetries: 1, MaxRetries: -1}}
+					rl, err = redlock.New(redistest.New(t, setup).Clients)
+				}
+				require.NoError(t, err)
+				ctx := context.Background()
+				held, err := rl.Acquire(ctx, []string{"down"}, 5*time.Second)
+				require.NoError(t, err)
+				nodes[2].Kill()
+				if waiter {
+					wctx, cancel := context.WithTimeout(ctx, time.Second)
+					defer cancel()
+					_, err = rl.Acquire(wctx, []string{"down"}, 5*time.Second, redlock.WithRetryCount(-1))
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+				}
+				_, err = held.Release(ctx)
+				require.NoError(t, err, "released on the two nodes up")
+				assert.NoError(t, rl.Close(), "a node that refuses is down, not silent: nothing to wait for")
+			})
+		}
+	}
 }
 
 // A node that got a lock's acquire on its one open connection and then

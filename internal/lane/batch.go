@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-redlock/redlock/driver"
@@ -313,7 +314,10 @@ func undialed(err error) bool {
 		return false
 	}
 	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial" && !oe.Timeout()
+	// A refused connect: a dial's error, or what a client (go-redis
+	// unwraps it, or Open's dialer hands it on as the first write's error)
+	// keeps of it.
+	return errors.As(err, &oe) && oe.Op == "dial" && !oe.Timeout() || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // IsTimeout reports whether err says that the node did not answer in time:

@@ -49,6 +49,7 @@ type Lane struct {
 	parked  int           // detached workers still inside the client
 	probing bool          // half-open: the probe is admitted and not yet answered
 	held    []*Call       // releases refused while open, sent when the node answers
+	closing bool          // flushed for Close: a release refused from now on is given up
 	reached bool          // some call got past dialing the node: a write may be there
 	cause   error         // the client's last network error here, until the node answers
 	out     time.Time     // when the oldest round still out was sent; zero when none is
@@ -289,9 +290,13 @@ func (l *Lane) send(batch []*Call) bool {
 		// older connection) is not held: no write is there to delete, and a
 		// dead node costs no retry, nor Close's wait. (Not on a Cluster: a
 		// lock's calls may have gone through another lane before the slot
-		// map was known.)
+		// map was known.) Nor is one refused once Close began (its flush):
+		// the node is down, not silent, and Close would wait for it to its
+		// deadline.
 		err := c.res.Err
-		if c.Kind != Write && !isReply(err) && !errors.Is(err, driver.ErrClosed) && (l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(err)) {
+		refusedAtClose := undialed(err) && l.closing
+		if c.Kind != Write && !isReply(err) && !errors.Is(err, driver.ErrClosed) && !refusedAtClose &&
+			(l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(err)) {
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
@@ -524,6 +529,7 @@ func (l *Lane) retryHeld() {
 // flush sends every held release now, past the breaker (for Close).
 func (l *Lane) flush() {
 	l.mu.Lock()
+	l.closing = true
 	held := l.unhold()
 	l.mu.Unlock()
 	if len(held) > 0 {

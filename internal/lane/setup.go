@@ -187,6 +187,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 	// opens nothing (as a call's network error); the client's own timeout
 	// is the node's silence.
 	var failed []*Call
+	refusedAtClose := undialed(err) && l.closing // see answer
 	if IsTimeout(err) {
 		l.slowSetUp = true
 		failed = l.trip(l.base)
@@ -196,7 +197,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 		err = &SetUpError{Cause: err}
 	}
 	for _, c := range batch {
-		if c.Kind != Write && (l.reached || l.parked > 0) {
+		if c.Kind != Write && !refusedAtClose && (l.reached || l.parked > 0) {
 			// A release of a write that may be there: held, and sent
 			// when the node answers.
 			failed = append(failed, l.hold(c)...)
