@@ -135,8 +135,8 @@ type lockLife struct {
 	// lost marks the nodes whose keys an extension wrote back, until an
 	// extension wins without them (see extension); made by lostNodes.
 	lostOn []atomic.Bool
-	// holder is the lock's place among the Waker's holders (see hold);
-	// forcedErr and lostCh, under mu, the force release heard.
+	// Under mu: holder is the lock's place among the Waker's holders (see
+	// hold); forcedErr and lostCh, the force release heard.
 	holder    *wake.Holder
 	forcedErr *ExecutionError
 	lostCh    chan struct{}

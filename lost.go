@@ -128,17 +128,28 @@ func (r *Redlock) hold(l *Lock) {
 		tags = append(tags, id[:min(valueLen, len(id))])
 	}
 	lf, cfg, res := l.life, l.cfg, l.resources
-	lf.holder = r.wake.Hold(res, tags, func(node int, key string) {
+	h := r.wake.Hold(res, tags, func(node int, key string) {
 		lf.forced(r, node, key)
 		lf.reportForced(context.Background(), cfg, res) // once per lock, whoever learns it first
 	}, lf.over, cfg.wake)
+	// An announcement may have come before Hold returned (the holder was
+	// set under mu then): such a lock, forced, released or lost, listens
+	// no more.
+	lf.mu.Lock()
+	lf.holder = h
+	done := lf.forcedErr != nil || lf.releasing.Load() || lf.gone.Load()
+	lf.mu.Unlock()
+	if done {
+		r.wake.Unhold(h)
+	}
 }
 
 // unhold stops lf listening (its release started, or it is lost).
 func (r *Redlock) unhold(lf *lockLife) {
-	if h := lf.holder; h != nil {
-		r.wake.Unhold(h)
-	}
+	lf.mu.Lock()
+	h := lf.holder
+	lf.mu.Unlock()
+	r.wake.Unhold(h)
 }
 
 // over reports whether the lock can no longer be held: released, lost, or

@@ -53,9 +53,12 @@ const (
 type lostVisit struct {
 	worker int
 	enter  time.Time
-	done   chan struct{} // closed when the section ended
-	end    time.Time     // set before done is closed
-	lostAt atomic.Int64  // when its keys were lost on a majority (Unix ns); 0: not
+	// granted is the start of the attempt that won its lock: an event on
+	// its resource from then on, before enter, is its lock's too.
+	granted time.Time
+	done    chan struct{} // closed when the section ended
+	end     time.Time     // set before done is closed
+	lostAt  atomic.Int64  // when its keys were lost on a majority (Unix ns); 0: not
 }
 
 // lostRun runs the lost-lock workers and their operator.
@@ -72,6 +75,7 @@ type lostRun struct {
 	forcedAt [lostKeys]atomic.Int64
 	lossAt   [lostKeys]atomic.Int64
 	cur      [lostWorkers]atomic.Pointer[lostVisit] // each worker's section
+	won      [lostWorkers]atomic.Int64              // the start of each worker's last acquire that won (Unix ns)
 	errs     []error
 	errsMu   sync.Mutex
 }
@@ -151,7 +155,7 @@ func (lr *lostRun) work(ctx context.Context, w int, rl *redlock.Redlock) {
 		k := rng.IntN(lostKeys)
 		hold := time.Duration(50+rng.IntN(350)) * time.Millisecond
 		_ = rl.Using(ctx, []string{lostKey(k)}, lostHoldTTL, func(fctx context.Context) error {
-			me := &lostVisit{worker: w, enter: time.Now(), done: make(chan struct{})}
+			me := &lostVisit{worker: w, enter: time.Now(), granted: time.Unix(0, lr.won[w].Load()), done: make(chan struct{})}
 			lr.cur[w].Store(me)
 			ps := lr.phase()
 			lr.inside[k].Store(me)
@@ -183,7 +187,10 @@ func (lr *lostRun) work(ctx context.Context, w int, rl *redlock.Redlock) {
 // overlap judges the section that entered a resource before me: it waits
 // for its end, and counts how long it ran on after me entered (negative:
 // it ended before), after the operator's latest force release (forced) or
-// key loss (lost) before me entered, or for neither.
+// key loss (lost) before me entered, or for neither. An event counts for
+// prev from the start of the attempt that won prev's lock (was: from prev's
+// entry into fn, which comes a moment after the grant: a key lost in that
+// moment, CI's run on 8c89356, was counted as an overlap with neither).
 func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost time.Time, ps *phaseStats) {
 	defer lr.wg.Done()
 	<-prev.done
@@ -191,12 +198,12 @@ func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost time.Time, ps *phas
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	switch {
-	case forced.After(prev.enter) && !forced.After(me.enter):
+	case forced.After(prev.granted) && !forced.After(me.enter):
 		ps.forcedOverlaps = append(ps.forcedOverlaps, on)
 		if on > heardWithin {
 			ps.heardLate++
 		}
-	case lost.After(prev.enter) && !lost.After(me.enter):
+	case lost.After(prev.granted) && !lost.After(me.enter):
 		ps.lossOverlaps = append(ps.lossOverlaps, on)
 		if on > lostHoldTTL {
 			ps.lossPastValidity++
@@ -210,6 +217,9 @@ func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost time.Time, ps *phas
 // its section's keys were lost on a majority, had no quorum that held the
 // value.
 func (lr *lostRun) attempted(w int, a redlock.AttemptInfo) {
+	if a.Op == redlock.OpAcquire && a.Won {
+		lr.won[w].Store(a.Stats.Start.UnixNano())
+	}
 	v := lr.cur[w].Load()
 	if a.Op != redlock.OpExtend || !a.Won || v == nil {
 		return
