@@ -102,6 +102,14 @@ func (k fairKind) release(l *Lock, until time.Time) *plan {
 // handsOver: the queue decides who is next.
 func (fairKind) handsOver() bool { return false }
 
+// waiterID is the waiter id a lock handed by the queue is held by ("": none).
+func (k fairKind) waiterID() string {
+	if k.member == "" {
+		return ""
+	}
+	return queueID(k.member)
+}
+
 // fairCall is a fair acquire's hooks, and its state: its place in the
 // queues (member), how long it keeps it without asking again (live), and
 // what the nodes told it.

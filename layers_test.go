@@ -134,3 +134,59 @@ func TestKeyNamesInOnePlace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, found, "key names spelled outside internal/script/keys.go")
 }
+
+// CONTRIBUTING's recipe for a new primitive lists every file a kind
+// touches beside its own: each kind's names (its type, hooks, keys and
+// markers) appear in no other file. A new kind whose names reach a file the
+// recipe misses fails here: add the file to the recipe (or keep the kind
+// out of it).
+func TestNewKindRecipe(t *testing.T) {
+	doc, err := os.ReadFile("CONTRIBUTING.md")
+	require.NoError(t, err)
+	_, block, ok := strings.Cut(string(doc), "<!-- recipe -->")
+	require.True(t, ok, "CONTRIBUTING.md marks its recipe with <!-- recipe -->")
+	block, _, _ = strings.Cut(block, "<!-- /recipe -->")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z/]+\\.go)`").FindAllStringSubmatch(block, -1) {
+		listed[m[1]] = true
+		_, err := os.Stat(m[1])
+		assert.NoError(t, err, "the recipe names %s", m[1])
+	}
+	// Each kind: its own files, and the names that are its alone.
+	kinds := []struct {
+		own   []string
+		names string
+	}{
+		{[]string{"plain.go"}, `plainKind`},
+		{[]string{"fenced.go"}, `fencedKind|fencedHooks|FencePrefix|fenceKey`},
+		{[]string{"semaphore.go"}, `semaphoreKind|PermitPrefix|PermitKey|permitKey|PermitsMarker`},
+		{[]string{"shared.go"}, `sharedKind|ReadersPrefix|readersKey|SharedMarker|SharedWriterWaits`},
+		{[]string{"fair.go", "internal/script/fair.go"}, `fairKind|fairHooks|QueuePrefix|QueueLivePrefix|queueKey|queueLiveKey`},
+		{[]string{"term.go", "election.go", "leader.go"}, `termKind|LeaderPrefix|leaderKey|ElectionPrefix`},
+	}
+	own := map[string]bool{}
+	for _, k := range kinds {
+		for _, f := range k.own {
+			own[f] = true // a kind may build on another (the term on the fenced lock)
+		}
+	}
+	var files []string
+	for _, glob := range []string{"*.go", "internal/*/*.go", "cmd/redlock/*.go"} {
+		m, err := filepath.Glob(glob)
+		require.NoError(t, err)
+		files = append(files, m...)
+	}
+	for _, k := range kinds {
+		names := regexp.MustCompile(`\b(` + k.names + `)\b`)
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") || own[f] || listed[f] {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			if m := names.Find(src); m != nil {
+				t.Errorf("%s names %s, a kind's own, and CONTRIBUTING's recipe does not list it", f, m)
+			}
+		}
+	}
+}

@@ -117,15 +117,20 @@ func (lf *lockLife) lostNodes(n int) []atomic.Bool {
 	return lf.lostOn
 }
 
+// waitingKind is a kind whose lock may be handed to a waiter by id (the
+// fair queue's): a release announced to that id is the lock's too.
+type waitingKind interface{ waiterID() string }
+
 // hold makes l listen for release announcements of its own value (its
 // fair waiter's id too): one from any node ends the lock (forced). With
 // WithWakeOnRelease(false) it opens no subscription: it hears them while
 // another call's subscriptions run.
 func (r *Redlock) hold(l *Lock) {
 	tags := []string{l.value[:min(valueLen, len(l.value))]}
-	if fk, ok := l.kind.(fairKind); ok && fk.member != "" {
-		id := queueID(fk.member)
-		tags = append(tags, id[:min(valueLen, len(id))])
+	if wk, ok := l.kind.(waitingKind); ok {
+		if id := wk.waiterID(); id != "" {
+			tags = append(tags, id[:min(valueLen, len(id))])
+		}
 	}
 	lf, cfg, res := l.life, l.cfg, l.resources
 	h := r.wake.Hold(res, tags, func(node int, key string) {
