@@ -14,7 +14,7 @@ import (
 )
 
 // The retry loop: one operation's attempts, the pauses between them, and
-// what ends them. The quorum (quorum.go) runs each attempt; a plan (plan.go)
+// what ends them. The quorum (attempt.go) runs each attempt; a plan (plan.go)
 // says what the operation does differently.
 
 // outcome is what execute settled on.

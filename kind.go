@@ -6,8 +6,8 @@ import "time"
 // fenced lock (fenced.go), the semaphore (semaphore.go), the shared lock
 // (shared.go), the fair queue's lock (fair.go) and an election's term
 // (term.go). A kind makes the plans of its locks' operations and gives the
-// retry loop its hooks; the engine (engine.go, quorum.go, calls.go,
-// votes.go, plan.go) runs plans and calls hooks, and names no kind
+// retry loop its hooks; the engine (engine.go, attempt.go, plan.go)
+// runs plans and calls hooks, and names no kind
 // (TestEngineNamesNoKind); acquire.go's kindFor is the one switch on the
 // options. A Lock carries its kind; hand-over in one process (handover.go)
 // is the part of the kinds that allow it.

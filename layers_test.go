@@ -83,7 +83,7 @@ func TestNoBuildOutputsCommitted(t *testing.T) {
 // (kind.go); every primitive lives in its own file. A word of a primitive
 // in these files (code or comment) means a branch for it crept back in.
 func TestEngineNamesNoKind(t *testing.T) {
-	engine := []string{"engine.go", "quorum.go", "calls.go", "votes.go", "plan.go"}
+	engine := []string{"engine.go", "attempt.go", "plan.go"}
 	banned := regexp.MustCompile(`(?i)fair|fenc|permit|semaphore|reader|shared lock|\bterms?\b|election|elected|plainKind|fencedKind|` +
 		`semaphoreKind|sharedKind|fairKind|termKind|fairCall|fencedHooks|kindFor|writeBack|handedByNodes`)
 	for _, f := range engine {
