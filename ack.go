@@ -14,6 +14,45 @@ import (
 // reached enough replicas (or, with WAITAOF, the append-only files), so that
 // a failover of that node keeps the lock.
 
+// WithReplicaAck makes a node's vote for an acquire, an extend or a fencing
+// write-back count only once the write reached at least replicas of the
+// node's replicas within timeout (WAIT), so that a lock survives a failover
+// of the node (a Sentinel group, a Cluster shard); a node that falls short
+// votes against with a [*ReplicaAckError]. timeout must be whole
+// milliseconds below half the node timeout, and the clients' ReadTimeout
+// above timeout + 100ms. WAIT is not consensus: a failover can still lose
+// an acknowledged write in rare cases. replicas 0 turns it off. Default: off.
+func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
+	return func(c *config) {
+		if replicas == 0 {
+			c.ack = nil
+			return
+		}
+		c.ack = &lane.Ack{Replicas: replicas, Timeout: timeout}
+	}
+}
+
+// WithAOFAck is [WithReplicaAck] with WAITAOF (Redis 7.2 and later): the
+// write must be in the append-only file of at least replicas replicas and,
+// with local, of the node itself (appendonly yes). A node older than 7.2
+// refuses, naming its version, and the call ends. Replicas report their
+// file writes once a second, so give timeout a second or more, with a node
+// timeout above twice that. local false and replicas 0 turns it off.
+// Default: off.
+func WithAOFAck(local bool, replicas int, timeout time.Duration) LockOption {
+	return func(c *config) {
+		if !local && replicas == 0 {
+			c.ack = nil
+			return
+		}
+		l := 0
+		if local {
+			l = 1
+		}
+		c.ack = &lane.Ack{Replicas: replicas, Local: l, AOF: true, Timeout: timeout}
+	}
+}
+
 // ReplicaAckError is a node's vote against when its write was applied but
 // reached fewer replicas than [WithReplicaAck] (or [WithAOFAck]) asks for
 // within its timeout: a failover of that node could lose it. The write stays

@@ -10,6 +10,19 @@ import (
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
+// WithWakeOnRelease sets whether a waiting Acquire wakes as soon as one of
+// its resources is released, instead of only after its retry delay: every
+// release announces the resources it freed on [ReleasedChannel], and the
+// Redlock subscribes on every node (one connection each; on a Cluster,
+// sharded, one per resource waited for) once an Acquire has to wait or a
+// lock is held (a held lock hears its force release there). The waiters of
+// one Redlock for the same resources are woken first come first served. A
+// wake does not use up a retry; a lost announcement costs at most the retry
+// delay. With false, no subscription is opened. Default: true.
+func WithWakeOnRelease(on bool) LockOption {
+	return func(c *config) { c.wake = on }
+}
+
 // ReleasedChannel is the pub/sub channel on which a release announces each
 // resource it freed: the lock's 32 random hex characters, then the
 // resource's name. Waiters of every Redlock on the same nodes wake on it. On

@@ -50,6 +50,18 @@ import (
 // keys in every release; it is not done (issue 31). Mutual exclusion holds
 // with every client: each needs a quorum of keys with its own value.
 
+// WithFairQueue sets whether an Acquire of an exclusive lock that finds its
+// resources held queues for them on the nodes, first come first served
+// across processes: a release hands each resource to the queue's head. A
+// waiter keeps its place by asking at least every third of a second.
+// Other clients (plain Acquires, node-redlock, SET NX) find a handed
+// resource held, and may overtake the head; mutual exclusion holds with
+// all. It is refused with [WithFencing], [WithPermits], [WithShared],
+// [WithHandOver] or WithWakeOnRelease(false). Default: off.
+func WithFairQueue(on bool) LockOption {
+	return func(c *config) { c.fair = on }
+}
+
 // queueKey and queueLiveKey return the keys of resource's queue and of its
 // waiters' deadlines.
 func queueKey(resource string) string     { return script.Key(script.QueuePrefix, resource) }

@@ -23,6 +23,19 @@ import (
 //
 // The argument that tokens grow is in RELIABILITY.md ("Why it holds").
 
+// WithFencing sets whether Acquire and Using draw a fencing token for the
+// lock ([Lock.Token], [TokenFrom]): a number that grows with every fenced
+// lock granted on a resource, which the protected resource checks so that a
+// holder paused past its expiration (a GC pause, a stopped VM) cannot write
+// after the next holder did. A fenced Acquire makes one more round trip,
+// writing the token back to a quorum of the nodes' counters ([FenceKey];
+// kept with no expiry, about 110 bytes per resource). Extend keeps the
+// token; Release leaves the counters. The guarantee holds under the same
+// assumptions as mutual exclusion (RELIABILITY.md). Default: false.
+func WithFencing(on bool) LockOption {
+	return func(c *config) { c.fencing = on }
+}
+
 // FenceKey returns the key under which every node keeps resource's fencing
 // counter (see [WithFencing]): "redlock:fence:{tag}:resource", where tag is
 // resource's hash tag, or resource itself when it has none (or, for a

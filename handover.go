@@ -21,6 +21,18 @@ import (
 // real, so that other processes' waiters get their turn; so is a lock with
 // less than half its ttl left, or with an extension in flight.
 
+// WithHandOver sets how a Release hands the lock to an Acquire of the same
+// Redlock that waits for it (same resources, ttl and options) instead of
+// releasing it: nothing is sent, and the waiter gets the lock at once, valid
+// as long as the releaser's was. It releases for real after max hand-overs
+// in a row or window since the nodes granted it, with less than half the
+// ttl left, or with no such waiter. max 0 turns it off (at most 2^20;
+// window positive). It is refused with [WithPermits], [WithShared],
+// [WithFairQueue] or WithWakeOnRelease(false). Default: 16 within 100ms.
+func WithHandOver(max int, window time.Duration) HandOverOption {
+	return func(c *config) { c.handOver, c.handOverWindow, c.given = max, window, c.given|givenHandOver }
+}
+
 // tagOf returns the hand-over tag of a lock of kind k and ttl under cfg,
 // or the zero tag (ttl 0) when it is not handed over.
 func tagOf(cfg *config, k kind, ttl time.Duration) handTag {

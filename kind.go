@@ -2,13 +2,13 @@ package redlock
 
 import "time"
 
-// Kinds. Each primitive is a kind: the plain exclusive lock (plain.go), the
-// fenced lock (fenced.go), the semaphore (semaphore.go), the shared lock
-// (shared.go), the fair queue's lock (fair.go) and an election's term
-// (term.go). A kind makes the plans of its locks' operations and gives the
-// retry loop its hooks; the engine (engine.go, attempt.go, plan.go)
-// runs plans and calls hooks, and names no kind
-// (TestEngineNamesNoKind); acquire.go's kindFor is the one switch on the
+// Kinds. Each primitive is a kind: the plain exclusive lock (plainKind,
+// below), the fenced lock (fenced.go), the semaphore (semaphore.go), the
+// shared lock (shared.go), the fair queue's lock (fair.go) and an
+// election's term (election.go). A kind makes the plans of its locks'
+// operations and gives the retry loop its hooks; the engine (engine.go,
+// attempt.go) runs plans and calls hooks, and names no kind
+// (TestEngineNamesNoKind); kindFor (below) is the one switch on the
 // options. A Lock carries its kind; hand-over in one process (handover.go)
 // is the part of the kinds that allow it.
 
@@ -70,3 +70,42 @@ func (noHooks) granted(*run, *plan) bool                          { return false
 func (noHooks) pause(d time.Duration) (time.Duration, bool)       { return d, true }
 func (noHooks) gaveUp(*run, *plan)                                {}
 func (noHooks) adoptHanded(*run, *plan, *handOff) bool            { return true }
+
+// kindFor returns the kind of lock that cfg asks for.
+func kindFor(cfg *config) kind {
+	switch {
+	case cfg.shared:
+		return sharedKind{}
+	case cfg.permits > 1:
+		return semaphoreKind{permits: cfg.permits}
+	case cfg.fencing:
+		return fencedKind{}
+	case cfg.fair:
+		return fairKind{}
+	}
+	return plainKind{}
+}
+
+// waitingKind is a kind whose lock may be handed to a waiter by id (the
+// fair queue's): a release announced to that id is the lock's too.
+type waitingKind interface{ waiterID() string }
+
+// plainKind is the kind of the plain exclusive lock: the plans of engine.go,
+// with no hooks.
+type plainKind struct{}
+
+func (plainKind) acquire(resources []string, ttl time.Duration, _ *config) *plan {
+	return acquirePlan(resources, ttl)
+}
+
+func (k plainKind) won(*plan, *outcome) kind { return k }
+
+func (plainKind) extend(l *Lock, ttl time.Duration) *plan {
+	return newExtendPlan(l.resources, l.value, l.until(), ttl)
+}
+
+func (plainKind) release(l *Lock, until time.Time) *plan {
+	return newReleasePlan(l.resources, l.value, until)
+}
+
+func (plainKind) handsOver() bool { return true }

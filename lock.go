@@ -2,10 +2,13 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
@@ -36,6 +39,187 @@ type Lock struct {
 	// sending: its shorter ttl may have landed on some nodes, so the
 	// handle is held no longer than that ttl allows.
 	cut atomic.Int64
+}
+
+// Acquire: its options become a kind in kind.go's kindFor, the one switch
+// on them.
+
+// Acquire locks resources for ttl on a quorum of nodes and returns the Lock.
+// All resources are locked together or none is. Failed attempts are retried
+// as the options say (default: 10 retries, 200ms ± 100ms apart), and what a
+// failed attempt wrote is released before the next. The Lock is valid until
+// the successful attempt's start + ttl − drift ([WithDriftFactor]).
+//
+// Acquire returns an error matching [ErrInvalidArgument] for bad input (no,
+// empty or duplicate resources, ttl not whole milliseconds above the drift
+// allowance, an option out of range) and [ErrClosed] once the Redlock is
+// closed, sending nothing; otherwise an [*ExecutionError] that matches
+// [ErrResourceLocked] on contention and ctx.Err() when ctx ended the call.
+func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if err := r.open(ctx, "acquire", resources); err != nil {
+		return nil, err
+	}
+	refused := func(err error) (*Lock, error) {
+		if oc, seen := observing(r, nil, opts); seen {
+			oc.done(ctx, OpAcquire, append([]string(nil), resources...), time.Now(), nil, 0, err)
+		}
+		return nil, err
+	}
+	cfg, err := with(r.cfg, opts)
+	if err == nil && len(opts) > 0 && cfg.given&givenThreshold != 0 {
+		err = invalid("WithAutomaticExtensionThreshold given to Acquire, which does not extend: pass it to Using, Lead or New")
+	}
+	if err != nil {
+		return refused(err)
+	}
+	if err := validateResources(resources); err != nil {
+		return refused(err)
+	}
+	if err := validateTTL(ttl, cfg); err != nil {
+		return refused(err)
+	}
+	if err := checkAck(r.nodes, cfg); err != nil {
+		return refused(err)
+	}
+	return r.acquire(ctx, cfg, resources, ttl)
+}
+
+// Resources returns a copy of the locked resources, in the order given.
+func (l *Lock) Resources() []string {
+	if l == nil {
+		return nil
+	}
+	return append([]string(nil), l.resources...)
+}
+
+// Value returns the lock's value (32 random hex characters, then "@" and
+// its escaped identity, see [WithIdentity] and [IdentityOf]), which every
+// node stores under each resource. For a lock of the fair queue
+// ([WithFairQueue]), a node that handed a resource to the waiter stores the
+// waiter's id there instead (Value itself when the lock came by the
+// hand-overs alone); its Extend and Release accept that too.
+func (l *Lock) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.value
+}
+
+// Token returns the lock's fencing token, a number greater than the token
+// of every fenced lock on any of the same resources granted before it
+// ([WithFencing]); 0 for a lock acquired without fencing. Every handle of a
+// lock has the same token. Pass it to the resource the lock protects, which
+// refuses a write whose token is below the highest it has seen (in SQL,
+// `WHERE fence < $token`, as the README's example does).
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
+
+// Expiration returns the time until which the lock is held: the start of
+// the successful attempt + ttl - drift, or earlier after an Extend of this
+// handle to a shorter ttl failed (its new ttl may have reached some nodes). It returns the zero time once this
+// handle has been extended, or a release of the lock has been attempted.
+func (l *Lock) Expiration() time.Time {
+	if !l.live() {
+		return time.Time{}
+	}
+	return l.until()
+}
+
+// Valid reports whether the lock is still held by this handle's account:
+// the handle not extended (the new handle is the valid one), no release of
+// the lock attempted through any handle (even one that failed: its deletes
+// may have landed), and its expiration not yet reached. It asks no node.
+func (l *Lock) Valid() bool {
+	return l.live() && time.Now().Before(l.until())
+}
+
+// Attempts returns a copy of the statistics of the attempts that produced
+// this lock (only the last one when retries were unlimited).
+func (l *Lock) Attempts() []ExecutionStats {
+	if l == nil {
+		return nil
+	}
+	return append([]ExecutionStats(nil), l.attempts...)
+}
+
+// Extend is shorthand for l's Redlock's [Redlock.Extend](ctx, l, ttl, opts...).
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...CallOption) (*Lock, error) {
+	if l == nil {
+		return nil, invalid("nil lock")
+	}
+	if l.redlock == nil {
+		return nil, invalid("zero Lock: locks come from Acquire or Extend")
+	}
+	return l.redlock.Extend(ctx, l, ttl, opts...)
+}
+
+// Release is shorthand for l's Redlock's [Redlock.Release](ctx, l, opts...).
+func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) (*ExecutionResult, error) {
+	if l == nil {
+		return nil, invalid("nil lock")
+	}
+	if l.redlock == nil {
+		return nil, invalid("zero Lock: locks come from Acquire or Extend")
+	}
+	return l.redlock.Release(ctx, l, opts...)
+}
+
+// Extend sets the ttl of lock's resources to ttl from now on a quorum of
+// nodes and returns a new Lock with the new expiration; lock itself can no
+// longer be extended (a Release through it still releases). Options start
+// from those lock was acquired with. A node that lost the lock's keys does
+// not count for it: a lost lock stays lost.
+//
+// Extend returns an error matching [ErrInvalidArgument] for a nil Lock, a
+// Lock of another Redlock, a bad ttl or option, or a Lock being extended
+// concurrently; an [*ExecutionError] matching [ErrLockExpired], at once,
+// when the validity has passed, the handle was already extended or
+// released, or no quorum holds the lock; matching ctx.Err() when ctx ended
+// the call; and matching neither when node failures kept it from a quorum.
+func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...CallOption) (*Lock, error) {
+	oc, seen := observing(r, lock, opts)
+	if !seen {
+		return r.extend(ctx, lock, ttl, opts, nil)
+	}
+	start := time.Now()
+	var o outcome
+	nl, err := r.extend(ctx, lock, ttl, opts, &o)
+	oc.done(ctx, OpExtend, lock.Resources(), start, &o, 0, err)
+	return nl, err
+}
+
+// Release deletes the lock's resources on every node that still holds its
+// value, and succeeds when a quorum did; every handle of the lock is spent
+// once anything was sent. Options start from the lock's. A Release whose ctx
+// has already ended still makes one attempt, bounded by the node timeout, so
+// that `defer lock.Release(ctx)` does not leave the lock held for its ttl.
+// It returns [ErrInvalidArgument] for a nil Lock, another Redlock's, or an
+// option out of range (releasing all the same); an [*ExecutionError]
+// matching [ErrLockExpired] when the lock was already released or is held by
+// no quorum, ctx.Err() when ctx ended the call, neither on node failures.
+func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...ReleaseOption) (*ExecutionResult, error) {
+	oc, seen := observing(r, lock, opts)
+	if !seen {
+		return r.release(ctx, lock, opts, nil)
+	}
+	start := time.Now()
+	var o outcome
+	res, err := r.release(ctx, lock, opts, &o)
+	oc.done(ctx, OpRelease, lock.Resources(), start, &o, 0, err)
+	return res, err
+}
+
+// acquire is Acquire after validation: the plan of cfg's kind.
+func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, ttl time.Duration) (*Lock, error) {
+	keys := append([]string(nil), resources...) // the caller may reuse theirs
+	k := kindFor(cfg)
+	p := k.acquire(keys, ttl, cfg)
+	p.handTag = tagOf(cfg, k, ttl)
+	return r.grant(ctx, cfg, k, p)
 }
 
 // grant runs p, an acquire's plan of kind k, and makes the Lock it wins.
@@ -73,6 +257,151 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 	return l, nil
 }
 
+// extend is Extend; out, when not nil, receives the outcome of the
+// attempts when any were made.
+func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opts []CallOption, out *outcome) (*Lock, error) {
+	if err := r.owns(ctx, lock); err != nil {
+		return nil, err
+	}
+	cfg, err := with(lock.cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTTL(ttl, cfg); err != nil {
+		return nil, err
+	}
+	if err := checkAck(r.nodes, cfg); err != nil {
+		return nil, err
+	}
+	spent := func(reason string) error {
+		return &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: reason, sentinel: ErrLockExpired}
+	}
+	switch {
+	case lock.extended.Load():
+		return nil, spent("this Lock was already extended: extend the Lock that Extend returned")
+	case lock.life.releasing.Load():
+		return nil, spent("a release of the lock was attempted, so it may be gone")
+	case lock.life.forcedError() != nil:
+		return nil, lock.life.forcedError()
+	case lock.life.gone.Load():
+		return nil, spent("an earlier Extend found the lock gone from a quorum of nodes: a lost lock stays lost (acquire it again)")
+	case !lock.extending.CompareAndSwap(false, true):
+		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
+	case !lock.life.beginExtend(): // a release started meanwhile
+		lock.extending.Store(false)
+		return nil, spent("a release of the lock was attempted, so it may be gone")
+	}
+	p := lock.extendPlan(ttl)
+	p.acked = lock.cfg.ack != nil
+	p.abandon = &lock.life.releasing
+	p.ext = r.newExtension(lock, cfg, p)
+	// From the first PEXPIRE on, the keys may expire at now + ttl: before
+	// this handle's expiration when ttl is shorter than what is left. The
+	// handle is held no longer than that, whether the Extend succeeds or not.
+	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
+	o := r.execute(ctx, cfg, p)
+	if out != nil {
+		*out = o
+	}
+	if o.err != nil {
+		lock.life.endExtend(lock.cut.Load())
+		lock.extending.Store(false)
+		expired := errors.Is(o.err, ErrLockExpired)
+		if o.tries > 0 {
+			// What it wrote back goes; all of the lock when it is lost.
+			p.ext.failedFor(r.size(), expired)
+		}
+		if expired {
+			// Gone from a quorum, or its validity over: the lock is lost.
+			lock.life.gone.Store(true)
+			r.unhold(lock.life)
+			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
+		}
+		return nil, o.err
+	}
+	for i := range p.ext.lost {
+		p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
+	}
+	lock.extended.Store(true)
+	nl := &Lock{
+		redlock:    r,
+		cfg:        lock.cfg,
+		resources:  lock.resources,
+		value:      lock.value,
+		token:      lock.token,
+		kind:       lock.kind,
+		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
+		attempts:   o.attempts,
+		life:       lock.life,
+	}
+	lock.life.extendedTo(nl.expiration)
+	lock.life.last.Store(nl.expiration.UnixNano())
+	lock.life.lastTTL.Store(int64(ttl))
+	lock.life.endExtend(0)
+	return nl, nil
+}
+
+// release is Release; out, when not nil, receives the outcome of the
+// attempts when any were made.
+func (r *Redlock) release(ctx context.Context, lock *Lock, opts []ReleaseOption, out *outcome) (*ExecutionResult, error) {
+	if err := r.owns(ctx, lock); err != nil {
+		return nil, err
+	}
+	cfg, err := with(lock.cfg, opts)
+	if err == nil && len(opts) > 0 && cfg.given&givenDrift != 0 {
+		err = invalid("WithDriftFactor given to Release, which writes no ttl: drop it")
+	}
+	if err != nil {
+		// Release never refuses a lock it holds: it goes on with every
+		// option that is valid on its own, and says what was wrong.
+		cfg = lock.cfg
+		for _, o := range opts {
+			if c, e := with(cfg, []ReleaseOption{o}); e == nil && c.given&givenDrift == 0 {
+				cfg = c
+			}
+		}
+		res, rerr := r.releaseWith(ctx, lock, cfg, out)
+		return res, errors.Join(fmt.Errorf("%w (ignored: the release went on without it)", err), rerr)
+	}
+	return r.releaseWith(ctx, lock, cfg, out)
+}
+
+// releaseWith is release with its settings.
+func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out *outcome) (*ExecutionResult, error) {
+	life := lock.life
+	handed, before := r.startRelease(lock, cfg) // before anything is sent; see Valid
+	if life.released.Load() || before {
+		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
+	}
+	if handed {
+		return r.released(lock, cfg, &ExecutionResult{Start: time.Now(), HandedOver: true}), nil
+	}
+	ended := ctx.Err()
+	if ended != nil {
+		// One attempt all the same, bounded by the node timeout.
+		one := *cfg
+		one.retryCount = 0
+		cfg, ctx = &one, context.WithoutCancel(ctx)
+	}
+	rp := lock.releasePlan(time.Unix(0, life.until.Load()))
+	rp.acked = lock.cfg.ack != nil
+	o := r.execute(ctx, cfg, rp)
+	if out != nil {
+		*out = o
+	}
+	if o.err != nil {
+		if errors.Is(o.err, ErrLockExpired) {
+			life.released.Store(true)
+		}
+		if ended != nil && o.err.ctxErr == nil {
+			o.err.ctxErr = ended
+			o.err.afterCtx = true
+		}
+		return nil, o.err
+	}
+	return r.released(lock, cfg, &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}), nil
+}
+
 // released ends a release that succeeded (or handed the lock over).
 func (r *Redlock) released(lock *Lock, cfg *config, res *ExecutionResult) *ExecutionResult {
 	lock.life.released.Store(true)
@@ -89,6 +418,18 @@ func (l *Lock) until() time.Time {
 	}
 	return l.expiration
 }
+
+// live reports whether the handle is neither extended nor released.
+func (l *Lock) live() bool {
+	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load() && !l.life.gone.Load()
+}
+
+// extendPlan is the plan that extends l by ttl.
+func (l *Lock) extendPlan(ttl time.Duration) *plan { return l.kind.extend(l, ttl) }
+
+// releasePlan is the plan that releases l, counting until as its
+// expiration.
+func (l *Lock) releasePlan(until time.Time) *plan { return l.kind.release(l, until) }
 
 // lockLife is what every handle of one lock (Acquire's and its extensions')
 // shares.
@@ -199,98 +540,206 @@ func (lf *lockLife) extendedTo(t time.Time) {
 	}
 }
 
-// Resources returns a copy of the locked resources, in the order given.
-func (l *Lock) Resources() []string {
-	if l == nil {
+// Lost means lost: how a holder learns that its lock is gone, and why it
+// never takes a lost lock back.
+//
+//   - An extension counts only the nodes that still held the lock. Where a
+//     key was missing it writes it back (a rolling restart keeps the
+//     lock's spread) but that node votes against; so does a node whose keys
+//     an earlier attempt or failed extension of the lock wrote back, until
+//     an extension wins without it.
+//   - A failed extension leaves nothing: what it wrote back is released,
+//     and when the lock is gone from a quorum, every node's copy is.
+//   - A force release reaches its holder at once: every held lock listens
+//     for the release announcements of its own value (the waiters'
+//     subscriptions), and one that names it ends the lock.
+
+// extension is one Extend call's record of the nodes that lost its lock.
+type extension struct {
+	lost    []atomic.Bool // the lock's (lockLife.lostOn)
+	unknown []atomic.Bool // the call's: sent, and no answer came in an attempt not won
+	// restores: a node answered that it had lost the lock's keys in this
+	// call; then a node whose answer was lost may have written them back
+	// too, and counts as lost.
+	restores atomic.Bool
+	failed   atomic.Bool // the call failed: a write-back that lands later is undone
+	expired  atomic.Bool // it failed for good: any write that lands later is undone
+	drop     func(node int)
+}
+
+// judge turns node i's answer to the extension (rep, err) into its vote:
+// a node that wrote keys back, or whose keys were written back since the
+// lock last held a quorum without it, votes against; so does one whose
+// earlier answer in the call was lost, when another node's showed that
+// keys were lost (its call may have written them back). won: the attempt
+// was decided for already, so a write-back there is the spread the lock
+// keeps. sent: the call went out (an error then leaves its effect unknown).
+func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) error {
+	switch {
+	case rep.Restored && !won:
+		x.restores.Store(true)
+		x.lost[i].Store(true)
+	case err != nil && !isReply(err) && sent && !won:
+		x.unknown[i].Store(true)
+	case err == nil && (x.lost[i].Load() || x.unknown[i].Load() && x.restores.Load()):
+		err = &ResourceLockedError{Op: OpExtend, Requested: rep.Resources, restored: true}
+	}
+	// Read after lost was written: extend sets failed, then reads lost.
+	if x.failed.Load() {
+		if x.unknown[i].Load() && x.restores.Load() && !x.lost[i].Swap(true) {
+			x.drop(i) // its answer came after the call failed: it may have written keys back
+		} else if rep.Restored || err == nil && x.expired.Load() {
+			x.drop(i)
+		}
+	}
+	return err
+}
+
+// silent records that node i's call was sent and the collector gave up on
+// it (its effect is unknown until it answers, if ever).
+func (x *extension) silent(i int, won bool) {
+	if !won {
+		x.unknown[i].Store(true)
+	}
+}
+
+// failedFor ends an Extend call that failed: it releases the lock where
+// the call wrote it back, or on every node when the lock is gone from a
+// quorum (expired), and so does each write of the call that lands later.
+func (x *extension) failedFor(n int, expired bool) {
+	x.expired.Store(expired)
+	x.failed.Store(true)
+	for i := range n {
+		if x.unknown[i].Load() && x.restores.Load() {
+			x.lost[i].Store(true) // it may have written keys back
+		}
+		if expired || x.lost[i].Load() {
+			x.drop(i)
+		}
+	}
+}
+
+// newExtension returns the record of p, an Extend of lock under cfg.
+func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
+	return &extension{lost: lock.life.lostNodes(r.size()), unknown: make([]atomic.Bool, r.size()),
+		drop: func(i int) { r.dropOn(lock, cfg, p, i) }}
+}
+
+// dropOn releases p's lock on node i, sent on its own, with the kind's
+// cleanup (only its own value, announcing nothing: the lock's holder would
+// take an announcement of its value for a force release): a failed
+// extension's write-back, or what is left of a lock gone from a quorum.
+func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int) {
+	s, keys, args := script.Cleanup, p.res, []any{lock.value}
+	if p.undo != nil {
+		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
+	}
+	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, nil)
+}
+
+// lostNodes returns the lock's record of the nodes whose keys an extension
+// wrote back (see extension), made on first use.
+func (lf *lockLife) lostNodes(n int) []atomic.Bool {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.lostOn == nil {
+		lf.lostOn = make([]atomic.Bool, n)
+	}
+	return lf.lostOn
+}
+
+// hold makes l listen for release announcements of its own value (its
+// fair waiter's id too): one from any node ends the lock (forced). With
+// WithWakeOnRelease(false) it opens no subscription: it hears them while
+// another call's subscriptions run.
+func (r *Redlock) hold(l *Lock) {
+	tags := []string{l.value[:min(valueLen, len(l.value))]}
+	if wk, ok := l.kind.(waitingKind); ok {
+		if id := wk.waiterID(); id != "" {
+			tags = append(tags, id[:min(valueLen, len(id))])
+		}
+	}
+	lf, cfg, res := l.life, l.cfg, l.resources
+	h := r.wake.Hold(res, tags, func(node int, key string) {
+		lf.forced(r, node, key)
+		lf.reportForced(context.Background(), cfg, res) // once per lock, whoever learns it first
+	}, lf.over, cfg.wake)
+	// An announcement may have come before Hold returned (the holder was
+	// set under mu then): such a lock, forced, released or lost, listens
+	// no more.
+	lf.mu.Lock()
+	lf.holder = h
+	done := lf.forcedErr != nil || lf.releasing.Load() || lf.gone.Load()
+	lf.mu.Unlock()
+	if done {
+		r.wake.Unhold(h)
+	}
+}
+
+// unhold stops lf listening (its release started, or it is lost).
+func (r *Redlock) unhold(lf *lockLife) {
+	lf.mu.Lock()
+	h := lf.holder
+	lf.mu.Unlock()
+	r.wake.Unhold(h)
+}
+
+// over reports whether the lock can no longer be held: released, lost, or
+// past its expiration (the Waker forgets such holders).
+func (lf *lockLife) over() bool {
+	return lf.releasing.Load() || lf.gone.Load() || !time.Now().Before(lf.expiry())
+}
+
+// forced ends the lock on node's announcement that key was released with
+// its value, unless its own release started: a force release, or a release
+// through a copy of its value. Every handle is spent, Using's context and
+// a term end, and its next Extend returns the error.
+func (lf *lockLife) forced(r *Redlock, node int, key string) {
+	if lf.releasing.Load() {
+		return
+	}
+	err := &ExecutionError{Op: OpExtend, Resources: []string{key}, sentinel: ErrLockExpired,
+		reason: fmt.Sprintf("force-released: node %d (%s) announced %q released from this lock's value; another caller may hold it now",
+			node, r.nodes[node].Addr(), key)}
+	lf.mu.Lock()
+	if lf.forcedErr != nil || lf.handed {
+		lf.mu.Unlock()
+		return
+	}
+	lf.forcedErr = err
+	lf.gone.Store(true) // under mu: startRelease hands no lost lock over
+	if lf.lostCh == nil {
+		lf.lostCh = make(chan struct{})
+	}
+	close(lf.lostCh)
+	lf.mu.Unlock()
+	r.unhold(lf)
+}
+
+// lostC returns a channel closed when a force release of the lock was
+// heard.
+func (lf *lockLife) lostC() <-chan struct{} {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.lostCh == nil {
+		lf.lostCh = make(chan struct{})
+	}
+	return lf.lostCh
+}
+
+// forcedError returns the force release heard, or nil.
+func (lf *lockLife) forcedError() error {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.forcedErr == nil {
 		return nil
 	}
-	return append([]string(nil), l.resources...)
+	return lf.forcedErr
 }
 
-// Value returns the lock's value (32 random hex characters, then "@" and
-// its escaped identity, see [WithIdentity] and [IdentityOf]), which every
-// node stores under each resource. For a lock of the fair queue
-// ([WithFairQueue]), a node that handed a resource to the waiter stores the
-// waiter's id there instead (Value itself when the lock came by the
-// hand-overs alone); its Extend and Release accept that too.
-func (l *Lock) Value() string {
-	if l == nil {
-		return ""
+// reportForced tells the observer, once, that the lock was force-released.
+func (lf *lockLife) reportForced(ctx context.Context, cfg *config, resources []string) {
+	if err := lf.forcedError(); err != nil {
+		lf.reportLost(ctx, cfg, resources, err)
 	}
-	return l.value
 }
-
-// Token returns the lock's fencing token, a number greater than the token
-// of every fenced lock on any of the same resources granted before it
-// ([WithFencing]); 0 for a lock acquired without fencing. Every handle of a
-// lock has the same token. Pass it to the resource the lock protects, which
-// refuses a write whose token is below the highest it has seen (in SQL,
-// `WHERE fence < $token`, as the README's example does).
-func (l *Lock) Token() uint64 {
-	if l == nil {
-		return 0
-	}
-	return l.token
-}
-
-// Expiration returns the time until which the lock is held: the start of
-// the successful attempt + ttl - drift, or earlier after an Extend of this
-// handle to a shorter ttl failed (its new ttl may have reached some nodes). It returns the zero time once this
-// handle has been extended, or a release of the lock has been attempted.
-func (l *Lock) Expiration() time.Time {
-	if !l.live() {
-		return time.Time{}
-	}
-	return l.until()
-}
-
-// Valid reports whether the lock is still held by this handle's account:
-// the handle not extended (the new handle is the valid one), no release of
-// the lock attempted through any handle (even one that failed: its deletes
-// may have landed), and its expiration not yet reached. It asks no node.
-func (l *Lock) Valid() bool {
-	return l.live() && time.Now().Before(l.until())
-}
-
-// live reports whether the handle is neither extended nor released.
-func (l *Lock) live() bool {
-	return l != nil && l.life != nil && !l.extended.Load() && !l.life.releasing.Load() && !l.life.gone.Load()
-}
-
-// Attempts returns a copy of the statistics of the attempts that produced
-// this lock (only the last one when retries were unlimited).
-func (l *Lock) Attempts() []ExecutionStats {
-	if l == nil {
-		return nil
-	}
-	return append([]ExecutionStats(nil), l.attempts...)
-}
-
-// Extend is shorthand for l's Redlock's [Redlock.Extend](ctx, l, ttl, opts...).
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration, opts ...CallOption) (*Lock, error) {
-	if l == nil {
-		return nil, invalid("nil lock")
-	}
-	if l.redlock == nil {
-		return nil, invalid("zero Lock: locks come from Acquire or Extend")
-	}
-	return l.redlock.Extend(ctx, l, ttl, opts...)
-}
-
-// Release is shorthand for l's Redlock's [Redlock.Release](ctx, l, opts...).
-func (l *Lock) Release(ctx context.Context, opts ...ReleaseOption) (*ExecutionResult, error) {
-	if l == nil {
-		return nil, invalid("nil lock")
-	}
-	if l.redlock == nil {
-		return nil, invalid("zero Lock: locks come from Acquire or Extend")
-	}
-	return l.redlock.Release(ctx, l, opts...)
-}
-
-// extendPlan is the plan that extends l by ttl.
-func (l *Lock) extendPlan(ttl time.Duration) *plan { return l.kind.extend(l, ttl) }
-
-// releasePlan is the plan that releases l, counting until as its
-// expiration.
-func (l *Lock) releasePlan(until time.Time) *plan { return l.kind.release(l, until) }

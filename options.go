@@ -1,9 +1,13 @@
 package redlock
 
 import (
+	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // An Option changes a setting. Options given to [New] become the defaults of
@@ -198,4 +202,206 @@ func WithNodeTimeout(d time.Duration) CallOption {
 // concurrently, and must return quickly. nil turns it off. Default: none.
 func WithErrorHandler(fn func(err error)) CallOption {
 	return func(c *config) { c.onError = fn }
+}
+
+// Validation at the door: the settings (with, validate, shapeError) and a
+// call's ttl and resources, refused before anything is sent with an error
+// matching ErrInvalidArgument that names the bad value and what to do. The
+// options that shape a lock ([LockOption]) are each in the file of their
+// idea: WithFencing (fenced.go), WithPermits (semaphore.go), WithShared
+// (shared.go), WithFairQueue (fair.go), WithHandOver (handover.go),
+// WithReplicaAck and WithAOFAck (ack.go), WithWakeOnRelease (announce.go),
+// WithIdentity (identity.go).
+
+// validate reports the first setting that is out of range.
+func (c *config) validate() error {
+	switch {
+	case !(c.driftFactor >= 0 && c.driftFactor < 1): // also catches NaN
+		return invalid("drift factor %v is outside [0, 1) (WithDriftFactor)", c.driftFactor)
+	case c.retryCount < -1:
+		return invalid("retry count %d is below -1 (WithRetryCount: 0 tries once, -1 retries until ctx ends)", c.retryCount)
+	case c.retryDelay < 0 || c.retryDelay > maxDuration:
+		return invalid("retry delay %v is outside [0, %v] (WithRetryDelay)", c.retryDelay, maxDuration)
+	case c.retryJitter < 0 || c.retryJitter > maxDuration:
+		return invalid("retry jitter %v is outside [0, %v] (WithRetryJitter)", c.retryJitter, maxDuration)
+	case c.extensionThreshold < 0 || c.extensionThreshold > maxDuration:
+		return invalid("automatic extension threshold %v is outside [0, %v] (WithAutomaticExtensionThreshold)", c.extensionThreshold, maxDuration)
+	case c.nodeTimeout < minNodeTimeout || c.nodeTimeout > maxDuration:
+		return invalid("node timeout %v is outside [%v, %v] (WithNodeTimeout)", c.nodeTimeout, minNodeTimeout, maxDuration)
+	case c.permits < 1 || c.permits > maxPermits:
+		return invalid("%d permits is outside [1, %d] (WithPermits; 1 is the exclusive lock)", c.permits, maxPermits)
+	}
+	if err := c.shapeError(); err != nil {
+		return err
+	}
+	if err := identityError(c.identity); err != nil {
+		return err
+	}
+	if a := c.ack; a != nil {
+		name := "WithReplicaAck"
+		if a.AOF {
+			name = "WithAOFAck"
+		}
+		switch {
+		case a.Replicas < 0:
+			return invalid("%d replicas is negative (%s)", a.Replicas, name)
+		case a.Timeout < time.Millisecond || a.Timeout%time.Millisecond != 0:
+			return invalid("replica wait %v is not a positive whole number of milliseconds (%s)", a.Timeout, name)
+		case 2*a.Timeout >= c.nodeTimeout:
+			return invalid("replica wait %v is not below half the node timeout %v: a node that must be sent the scripts again "+
+				"(after a restart) waits twice, and would be given up on; lower the wait in %s or raise WithNodeTimeout", a.Timeout, c.nodeTimeout, name)
+		}
+	}
+	return nil
+}
+
+// with returns a copy of c with opts applied and validated. Without options
+// it returns c itself, so the common call allocates nothing here.
+func with[O Option](c *config, opts []O) (*config, error) {
+	if len(opts) == 0 {
+		return c, nil
+	}
+	cc := *c
+	cc.given = 0
+	apply(&cc, opts)
+	if err := cc.validate(); err != nil {
+		return nil, err
+	}
+	return &cc, nil
+}
+
+// apply applies opts to c, skipping nil ones.
+func apply[O Option](c *config, opts []O) {
+	for _, o := range opts {
+		if any(o) != nil {
+			o.apply(c)
+		}
+	}
+}
+
+// shapeError reports the first lock-shaping setting out of range, or
+// combination that would mean nothing, naming the options as given.
+func (c *config) shapeError() error {
+	switch {
+	case c.permits > 1 && c.shared:
+		return invalid("WithPermits(%d) and WithShared(true) together: a lock is a semaphore or a shared lock, not both", c.permits)
+	case c.handOver < 0 || c.handOver > maxHandOver:
+		return invalid("%d hand-overs is outside [0, %d] (WithHandOver; 0 turns hand-over off)", c.handOver, maxHandOver)
+	case c.handOver > 0 && (c.handOverWindow <= 0 || c.handOverWindow > maxDuration):
+		return invalid("hand-over window %v is outside (0, %v] (WithHandOver)", c.handOverWindow, maxDuration)
+	case c.fair && (c.fencing || c.permits > 1 || c.shared):
+		return invalid("WithFairQueue(true) with %s: the fair queue is for the plain exclusive lock; "+
+			"drop one of them (WithHandOver hands a fenced lock over within a process)", c.kindNames())
+	case c.fencing && (c.permits > 1 || c.shared):
+		return invalid("WithFencing(true) with %s: a fencing token orders holders that exclude each other, "+
+			"and permits or shared locks are held side by side; fence the exclusive lock that writes", c.kindNames())
+	case c.fair && !c.wake:
+		return invalid("WithFairQueue(true) with WithWakeOnRelease(false): a fair waiter learns that the lock was handed to it " +
+			"from the nodes' announcements, which it would not hear; drop WithWakeOnRelease(false)")
+	case c.given&givenHandOver != 0 && c.handOver > 0 && (c.permits > 1 || c.shared || c.fair || !c.wake):
+		return invalid("WithHandOver(%d, %v) with %s: hand-over passes an exclusive lock to a waiter of this Redlock that waits "+
+			"for its release's announcement, which this lock has not; drop WithHandOver (the fair queue hands over through the nodes)",
+			c.handOver, c.handOverWindow, c.noHandOverNames())
+	}
+	return nil
+}
+
+// kindNames names the options that make c a semaphore or a shared lock.
+func (c *config) kindNames() string {
+	if c.shared {
+		return "WithShared(true)"
+	}
+	return fmt.Sprintf("WithPermits(%d)", c.permits)
+}
+
+// noHandOverNames names the options that leave no hand-over to c.
+func (c *config) noHandOverNames() string {
+	var names []string
+	switch {
+	case c.permits > 1, c.shared:
+		names = append(names, c.kindNames())
+	case c.fair:
+		names = append(names, "WithFairQueue(true)")
+	}
+	if !c.wake {
+		names = append(names, "WithWakeOnRelease(false)")
+	}
+	return strings.Join(names, " and ")
+}
+
+// termNames names the options that a term cannot take.
+func (c *config) termNames() string {
+	if c.fair {
+		return "WithFairQueue(true)"
+	}
+	return c.kindNames()
+}
+
+// termOverride names the option that gives a campaign back the exclusive
+// lock, over New's default.
+func (c *config) termOverride() string {
+	switch {
+	case c.fair:
+		return "WithFairQueue(false)"
+	case c.shared:
+		return "WithShared(false)"
+	}
+	return "WithPermits(1)"
+}
+
+// validateTTL refuses a ttl that Redis cannot take or that leaves no validity.
+func validateTTL(ttl time.Duration, cfg *config) error {
+	switch {
+	case ttl <= 0:
+		return invalid("ttl %v is not positive: a lock needs a ttl such as 10*time.Second", ttl)
+	case ttl < time.Millisecond:
+		return invalid("ttl %v is under a millisecond, the least Redis takes: a time.Duration counts nanoseconds (10 is 10ns), "+
+			"so give it a unit, such as 10*time.Second", ttl)
+	case ttl%time.Millisecond != 0:
+		return invalid("ttl %v is not a whole number of milliseconds, which is what Redis takes: round it with ttl.Round(time.Millisecond)", ttl)
+	}
+	if ttl <= drift(cfg.driftFactor, ttl) {
+		return invalid("ttl %v leaves no validity after the clock drift allowance of %v (WithDriftFactor): use a longer ttl",
+			ttl, driftAllowance(cfg.driftFactor, ttl))
+	}
+	return nil
+}
+
+// driftAllowance is the clock drift allowance as the docs give it,
+// round(f × ttl in ms) + 2ms, for the error that refuses a ttl too short
+// for it: drift caps it at the ttl, which would say a 1ms ttl's allowance
+// is 1ms. It stops at the largest whole-millisecond Duration rather than
+// overflow.
+func driftAllowance(f float64, ttl time.Duration) time.Duration {
+	const most = math.MaxInt64 / time.Millisecond
+	ms := math.Round(f*float64(ttl/time.Millisecond)) + 2
+	if ms >= float64(most) {
+		return most * time.Millisecond
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// validateResources refuses an empty list, an empty name, a name in the
+// fencing counters' namespace, and a duplicate.
+func validateResources(resources []string) error {
+	if len(resources) == 0 {
+		return invalid("no resources to lock")
+	}
+	for i, res := range resources {
+		if res == "" {
+			return invalid("resources[%d] is empty", i)
+		}
+		if strings.HasPrefix(res, script.FencePrefix) {
+			return invalid("resources[%d] %q is in the namespace of the fencing counters (%s*): give locks keys of their own", i, res, script.FencePrefix)
+		}
+		if ns := script.Reserved(res); ns != "" {
+			return invalid("resources[%d] %q is in the namespace %s*, which redlock keeps for its own keys: give locks keys of their own", i, res, ns)
+		}
+		for j := range i {
+			if resources[j] == res {
+				return invalid("resources[%d] %q duplicates resources[%d]", i, res, j)
+			}
+		}
+	}
+	return nil
 }

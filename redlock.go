@@ -2,15 +2,18 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-redlock/redlock/driver"
+	"github.com/go-redlock/redlock/internal/dial"
 	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/wake"
 )
 
@@ -35,6 +38,126 @@ type Redlock struct {
 	closed  atomic.Bool             // set by Close: a call that takes something new is refused (see open)
 }
 
+// New returns a Redlock over clients, one per independent Redis node (a
+// Client, a FailoverClient or a ClusterClient; on a Cluster, a
+// multi-resource lock needs its resources in one hash slot: "{orders}:1").
+// Any number of nodes from 1 is taken (the package doc's "How many nodes").
+// opts become the defaults of every call. New sends nothing to Redis.
+//
+// New returns an error matching [ErrInvalidArgument] when clients is empty,
+// holds a nil client, a *redis.Ring, the same client or address twice, or
+// an option is out of range. One server reached by two names is found at
+// its first answers (its run_id), and its later node votes against.
+func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	if len(clients) == 0 {
+		return nil, invalid("no clients: a Redlock needs at least one Redis client")
+	}
+	for i, c := range clients {
+		if isNil(c) {
+			return nil, invalid("clients[%d] is nil: give a client made by redis.NewClient, NewFailoverClient or NewClusterClient", i)
+		}
+		// The same client twice would let one node vote twice.
+		for j := range i {
+			if clients[j] == c {
+				return nil, invalid("clients[%d] is the same client as clients[%d]", i, j)
+			}
+		}
+		if err := notRing(c, "clients", i); err != nil {
+			return nil, err
+		}
+	}
+	if err := distinctServers(clients); err != nil {
+		return nil, err
+	}
+	nodes := make([]driver.Node, len(clients))
+	for i, c := range clients {
+		nodes[i] = driver.GoRedis(c)
+	}
+	return newRedlock(nodes, opts)
+}
+
+// NewFromNodes returns a Redlock over nodes of any Redis client, one per
+// independent Redis node: go-redis's through [driver.GoRedis], rueidis's
+// and valkey-go's through the modules redlockrueidis and redlockvalkey, or
+// a [driver.Node] of your own; one quorum may mix them. It refuses what
+// [New] refuses, naming nodes[i]. Only go-redis's clients get a connection
+// set up before the first call, a lane per Cluster shard, and the check of
+// the ReadTimeout against WithReplicaAck's wait.
+func NewFromNodes(nodes []driver.Node, opts ...Option) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, invalid("no nodes: a Redlock needs at least one Redis node")
+	}
+	seen := map[string]int{}
+	for i, n := range nodes {
+		if isNil(n) {
+			return nil, invalid("nodes[%d] is nil: give a node made by an adapter (redlockrueidis.Node or .Dial, redlockvalkey.Node or .Dial: Dial when the server may be down at start) or driver.GoRedis", i)
+		}
+		for j := range i {
+			if same(nodes[j], n) {
+				return nil, invalid("nodes[%d] is the same node as nodes[%d]", i, j)
+			}
+		}
+		if c, ok := driver.GoRedisClient(n); ok {
+			if err := notRing(c, "nodes", i); err != nil {
+				return nil, err
+			}
+		}
+		// One server, or one Cluster through two clients (go-redis names
+		// its seeds, rueidis the nodes it found): any address shared.
+		for _, a := range n.Info().Servers {
+			if j, ok := seen[a]; ok && j != i {
+				return nil, invalid("nodes[%d] and nodes[%d] talk to the same server (%s), which would vote twice: "+
+					"give each independent node once", j, i, a)
+			}
+			seen[a] = i
+		}
+	}
+	return newRedlock(nodes, opts)
+}
+
+// Open returns a Redlock over the nodes of list (see [ParseNodes]), with a
+// *redis.Client for each that [Redlock.Close] closes. opts are New's:
+//
+//	rl, err := redlock.Open(os.Getenv("REDLOCK_NODES")) // 10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379
+//
+// It connects to no node. Its clients make go-redis log nothing of a node
+// that refuses connections: [WithErrorHandler] and the observer's Connection
+// hear of it once (and the observer of its return); a refusing node is
+// dialed again a second later at the earliest. Open returns ParseNodes's
+// and New's errors.
+func Open(list string, opts ...Option) (*Redlock, error) {
+	parsed, err := ParseNodes(list)
+	if err != nil {
+		return nil, err
+	}
+	def := defaultConfig()
+	cfg, err := with(&def, opts)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]redis.UniversalClient, len(parsed))
+	var made atomic.Pointer[Redlock] // set once New returned; a dial before reports nothing
+	for i, o := range parsed {
+		// The client's dial outlasts the node timeout, so that the
+		// Redlock's timeout is the one that decides.
+		o.DialTimeout = max(o.DialTimeout, 2*cfg.nodeTimeout)
+		o.Dialer = dial.New(dial.Func(redis.NewDialer(o)), func(up bool, err error) {
+			if r := made.Load(); r != nil {
+				r.connection(i, up, err)
+			}
+		}).Dial
+		clients[i] = redis.NewClient(o)
+	}
+	r, err := New(clients, opts...)
+	if err != nil {
+		closeAll(clients)
+		return nil, err
+	}
+	r.owned = clients
+	made.Store(r)
+	return r, nil
+}
+
 // Nodes returns the number of nodes (the membership size).
 func (r *Redlock) Nodes() int {
 	if r == nil {
@@ -49,196 +172,6 @@ func (r *Redlock) Quorum() int {
 		return 0
 	}
 	return r.needed()
-}
-
-// Extend sets the ttl of lock's resources to ttl from now on a quorum of
-// nodes and returns a new Lock with the new expiration; lock itself can no
-// longer be extended (a Release through it still releases). Options start
-// from those lock was acquired with. A node that lost the lock's keys does
-// not count for it: a lost lock stays lost.
-//
-// Extend returns an error matching [ErrInvalidArgument] for a nil Lock, a
-// Lock of another Redlock, a bad ttl or option, or a Lock being extended
-// concurrently; an [*ExecutionError] matching [ErrLockExpired], at once,
-// when the validity has passed, the handle was already extended or
-// released, or no quorum holds the lock; matching ctx.Err() when ctx ended
-// the call; and matching neither when node failures kept it from a quorum.
-func (r *Redlock) Extend(ctx context.Context, lock *Lock, ttl time.Duration, opts ...CallOption) (*Lock, error) {
-	oc, seen := observing(r, lock, opts)
-	if !seen {
-		return r.extend(ctx, lock, ttl, opts, nil)
-	}
-	start := time.Now()
-	var o outcome
-	nl, err := r.extend(ctx, lock, ttl, opts, &o)
-	oc.done(ctx, OpExtend, lock.Resources(), start, &o, 0, err)
-	return nl, err
-}
-
-// extend is Extend; out, when not nil, receives the outcome of the
-// attempts when any were made.
-func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opts []CallOption, out *outcome) (*Lock, error) {
-	if err := r.owns(ctx, lock); err != nil {
-		return nil, err
-	}
-	cfg, err := with(lock.cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := validateTTL(ttl, cfg); err != nil {
-		return nil, err
-	}
-	if err := checkAck(r.nodes, cfg); err != nil {
-		return nil, err
-	}
-	spent := func(reason string) error {
-		return &ExecutionError{Op: OpExtend, Resources: lock.resources, reason: reason, sentinel: ErrLockExpired}
-	}
-	switch {
-	case lock.extended.Load():
-		return nil, spent("this Lock was already extended: extend the Lock that Extend returned")
-	case lock.life.releasing.Load():
-		return nil, spent("a release of the lock was attempted, so it may be gone")
-	case lock.life.forcedError() != nil:
-		return nil, lock.life.forcedError()
-	case lock.life.gone.Load():
-		return nil, spent("an earlier Extend found the lock gone from a quorum of nodes: a lost lock stays lost (acquire it again)")
-	case !lock.extending.CompareAndSwap(false, true):
-		return nil, invalid("another goroutine is extending this Lock: extend the Lock that its Extend returns")
-	case !lock.life.beginExtend(): // a release started meanwhile
-		lock.extending.Store(false)
-		return nil, spent("a release of the lock was attempted, so it may be gone")
-	}
-	p := lock.extendPlan(ttl)
-	p.acked = lock.cfg.ack != nil
-	p.abandon = &lock.life.releasing
-	p.ext = r.newExtension(lock, cfg, p)
-	// From the first PEXPIRE on, the keys may expire at now + ttl: before
-	// this handle's expiration when ttl is shorter than what is left. The
-	// handle is held no longer than that, whether the Extend succeeds or not.
-	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
-	o := r.execute(ctx, cfg, p)
-	if out != nil {
-		*out = o
-	}
-	if o.err != nil {
-		lock.life.endExtend(lock.cut.Load())
-		lock.extending.Store(false)
-		expired := errors.Is(o.err, ErrLockExpired)
-		if o.tries > 0 {
-			// What it wrote back goes; all of the lock when it is lost.
-			p.ext.failedFor(r.size(), expired)
-		}
-		if expired {
-			// Gone from a quorum, or its validity over: the lock is lost.
-			lock.life.gone.Store(true)
-			r.unhold(lock.life)
-			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
-		}
-		return nil, o.err
-	}
-	for i := range p.ext.lost {
-		p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
-	}
-	lock.extended.Store(true)
-	nl := &Lock{
-		redlock:    r,
-		cfg:        lock.cfg,
-		resources:  lock.resources,
-		value:      lock.value,
-		token:      lock.token,
-		kind:       lock.kind,
-		expiration: o.win.Start.Add(ttl - drift(cfg.driftFactor, ttl)),
-		attempts:   o.attempts,
-		life:       lock.life,
-	}
-	lock.life.extendedTo(nl.expiration)
-	lock.life.last.Store(nl.expiration.UnixNano())
-	lock.life.lastTTL.Store(int64(ttl))
-	lock.life.endExtend(0)
-	return nl, nil
-}
-
-// Release deletes the lock's resources on every node that still holds its
-// value, and succeeds when a quorum did; every handle of the lock is spent
-// once anything was sent. Options start from the lock's. A Release whose ctx
-// has already ended still makes one attempt, bounded by the node timeout, so
-// that `defer lock.Release(ctx)` does not leave the lock held for its ttl.
-// It returns [ErrInvalidArgument] for a nil Lock, another Redlock's, or an
-// option out of range (releasing all the same); an [*ExecutionError]
-// matching [ErrLockExpired] when the lock was already released or is held by
-// no quorum, ctx.Err() when ctx ended the call, neither on node failures.
-func (r *Redlock) Release(ctx context.Context, lock *Lock, opts ...ReleaseOption) (*ExecutionResult, error) {
-	oc, seen := observing(r, lock, opts)
-	if !seen {
-		return r.release(ctx, lock, opts, nil)
-	}
-	start := time.Now()
-	var o outcome
-	res, err := r.release(ctx, lock, opts, &o)
-	oc.done(ctx, OpRelease, lock.Resources(), start, &o, 0, err)
-	return res, err
-}
-
-// release is Release; out, when not nil, receives the outcome of the
-// attempts when any were made.
-func (r *Redlock) release(ctx context.Context, lock *Lock, opts []ReleaseOption, out *outcome) (*ExecutionResult, error) {
-	if err := r.owns(ctx, lock); err != nil {
-		return nil, err
-	}
-	cfg, err := with(lock.cfg, opts)
-	if err == nil && len(opts) > 0 && cfg.given&givenDrift != 0 {
-		err = invalid("WithDriftFactor given to Release, which writes no ttl: drop it")
-	}
-	if err != nil {
-		// Release never refuses a lock it holds: it goes on with every
-		// option that is valid on its own, and says what was wrong.
-		cfg = lock.cfg
-		for _, o := range opts {
-			if c, e := with(cfg, []ReleaseOption{o}); e == nil && c.given&givenDrift == 0 {
-				cfg = c
-			}
-		}
-		res, rerr := r.releaseWith(ctx, lock, cfg, out)
-		return res, errors.Join(fmt.Errorf("%w (ignored: the release went on without it)", err), rerr)
-	}
-	return r.releaseWith(ctx, lock, cfg, out)
-}
-
-// releaseWith is release with its settings.
-func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out *outcome) (*ExecutionResult, error) {
-	life := lock.life
-	handed, before := r.startRelease(lock, cfg) // before anything is sent; see Valid
-	if life.released.Load() || before {
-		return nil, &ExecutionError{Op: OpRelease, Resources: lock.resources, reason: "the lock was already released", sentinel: ErrLockExpired}
-	}
-	if handed {
-		return r.released(lock, cfg, &ExecutionResult{Start: time.Now(), HandedOver: true}), nil
-	}
-	ended := ctx.Err()
-	if ended != nil {
-		// One attempt all the same, bounded by the node timeout.
-		one := *cfg
-		one.retryCount = 0
-		cfg, ctx = &one, context.WithoutCancel(ctx)
-	}
-	rp := lock.releasePlan(time.Unix(0, life.until.Load()))
-	rp.acked = lock.cfg.ack != nil
-	o := r.execute(ctx, cfg, rp)
-	if out != nil {
-		*out = o
-	}
-	if o.err != nil {
-		if errors.Is(o.err, ErrLockExpired) {
-			life.released.Store(true)
-		}
-		if ended != nil && o.err.ctxErr == nil {
-			o.err.ctxErr = ended
-			o.err.afterCtx = true
-		}
-		return nil, o.err
-	}
-	return r.released(lock, cfg, &ExecutionResult{Attempts: o.attempts, Start: o.win.Start}), nil
 }
 
 // closeWait is the longest Close waits for what is still in flight, unless
@@ -293,10 +226,154 @@ func (r *Redlock) Close() error {
 	return nil
 }
 
+// notRing refuses a *redis.Ring: go-redis sends a script to the shard of
+// its first key, so a lock on [x y] and one on [y x] would run on
+// different shards, and both succeed.
+func notRing(c redis.UniversalClient, list string, i int) error {
+	if _, ok := c.(*redis.Ring); ok {
+		return invalid("%s[%d] is a *redis.Ring, which routes a script by its first key only, so two locks "+
+			"sharing a resource can both succeed on different shards: give each shard as its own *redis.Client node, "+
+			"or use a Redis Cluster (ClusterClient) with hash-tagged resources", list, i)
+	}
+	return nil
+}
+
+// same reports whether a and b are one node: equal, when their type can be
+// compared (a Node of a user's may be a struct that cannot).
+func same(a, b driver.Node) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
+}
+
+// What New refuses before anything is sent, with an error matching
+// ErrInvalidArgument that names the bad value and what to do (a call's
+// settings, ttl and resources are options.go's; ready, open and owns,
+// below, are every call's door).
+
+// distinctServers refuses two clients for one server: two *redis.Client
+// with the same address (whatever their databases: several databases of
+// one server are one server), or two ClusterClients that share a seed
+// address. Other names of one server are found at first contact
+// (internal/lane's identity.go). That node would vote twice. (A FailoverClient's address is
+// resolved through its sentinels at run time, so it is not compared.)
+func distinctServers(clients []redis.UniversalClient) error {
+	seen := map[string]int{}
+	for i, c := range clients {
+		var ids []string
+		switch c := c.(type) {
+		case *redis.Client:
+			if o := c.Options(); o.Addr != "FailoverClient" {
+				ids = append(ids, o.Addr) // any database: one server votes once
+			}
+		case *redis.ClusterClient:
+			for _, a := range c.Options().Addrs {
+				ids = append(ids, "cluster "+a)
+			}
+		}
+		for _, id := range ids {
+			if j, ok := seen[id]; ok && j != i {
+				return invalid("clients[%d] and clients[%d] talk to the same server (%s), which would vote twice: "+
+					"give each independent node once", j, i, id)
+			}
+			seen[id] = i
+		}
+	}
+	return nil
+}
+
+// isNil reports whether c is nil or an interface holding a nil pointer.
+func isNil(c any) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// newRedlock returns a Redlock over nodes, which the caller checked.
+func newRedlock(nodes []driver.Node, opts []Option) (*Redlock, error) {
+	def := defaultConfig()
+	cfg, err := with(&def, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Redlock{cfg: cfg}
+	r.nodes = make([]*lane.Node, len(nodes))
+	for i, n := range nodes {
+		r.nodes[i] = lane.NewNode(i, n, &r.workers, cfg.nodeTimeout, &r.servers)
+	}
+	r.wake = wake.New(announcers(r.nodes), valueLen, script.HandedPrefix)
+	return r, nil
+}
+
 // closeAll closes clients, whose errors (a client already closed) say
 // nothing the caller can act on.
 func closeAll(clients []redis.UniversalClient) {
 	for _, c := range clients {
 		_ = c.Close()
 	}
+}
+
+// OpConnect is the operation of a [NodeError] that says a node of a
+// Redlock made by [Open] stopped accepting connections.
+const OpConnect Op = "connect"
+
+// connection reports that node i, one of Open's, stopped (up false, with
+// the dial's error) or started accepting connections: to the observer's
+// Connection hook, and a stop to the error handler too. Go-redis logs
+// nothing of it (internal/dial).
+func (r *Redlock) connection(i int, up bool, err error) {
+	addr := r.nodes[i].Addr()
+	if !up && r.cfg.onError != nil {
+		r.cfg.onError(&NodeError{Node: i, Addr: addr, Op: OpConnect, Err: err})
+	}
+	if r.cfg.observer != nil {
+		safely(r.cfg.observer.Connection, ConnectionInfo{Node: i, Addr: addr, Up: up, Err: err})
+	}
+}
+
+// ready refuses a nil Redlock, one not made by New, and a nil ctx.
+func (r *Redlock) ready(ctx context.Context) error {
+	if r == nil || r.cfg == nil {
+		return invalid("nil or zero Redlock: make one with New")
+	}
+	if ctx == nil {
+		return invalid("nil context: pass context.Background() or a request's context")
+	}
+	return nil
+}
+
+// open is ready for a call that takes something new (a lock, a term, a
+// read or a take-back of another's): once the Redlock is closed it refuses
+// the call, named by call (and resources, when given), with an error
+// matching ErrClosed, before anything is sent. Extend and Release of what
+// a caller holds go through owns instead, and are still sent (see Close).
+func (r *Redlock) open(ctx context.Context, call string, resources []string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		if resources != nil {
+			call = fmt.Sprintf("%s %q", call, resources)
+		}
+		return fmt.Errorf("%w: %s: not sent; after Close only the Extend and Release of locks taken before it are sent", ErrClosed, call)
+	}
+	return nil
+}
+
+// owns refuses a nil Lock, a zero Lock, and a Lock acquired through another
+// Redlock.
+func (r *Redlock) owns(ctx context.Context, lock *Lock) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	switch {
+	case lock == nil:
+		return invalid("nil lock")
+	case lock.redlock == nil:
+		return invalid("zero Lock: locks come from Acquire or Extend")
+	case lock.redlock != r:
+		return invalid("the lock was acquired through another Redlock")
+	}
+	return nil
 }

@@ -17,6 +17,21 @@ import (
 // hold a permit. While held, a marker in the resource's own key (see
 // internal/script) makes an exclusive lock of the resource wait.
 
+// WithPermits makes Acquire and Using take one of n permits of each
+// resource: a counting semaphore, at most n holders at once, which keeps
+// its bound while a minority of nodes fails. The Lock holds its permit;
+// Extend and Release work on it, and a release wakes one waiter. A permit
+// is a lock on one of n permit keys, granted when a quorum took the same
+// one. All the users of a resource must agree on its kind: a call with
+// another n, or as a shared lock, fails at once naming both; an exclusive
+// lock waits for every permit to be released. WithPermits(1), the default,
+// is the exclusive lock. n out of [1, 1024] is refused, and so is
+// [WithShared] or [WithFencing] with it (fence the exclusive lock that
+// writes).
+func WithPermits(n int) LockOption {
+	return func(c *config) { c.permits = n }
+}
+
 // semaphoreKind is the kind of a semaphore of permits (>= 2); picks is a
 // held lock's permit of each resource, as the scripts' ARGV.
 type semaphoreKind struct {

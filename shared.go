@@ -12,6 +12,17 @@ import (
 // reader (see internal/script). A reader's and an exclusive lock's quorums
 // share a node, which refuses whichever came second.
 
+// WithShared makes Acquire and Using take a shared (read) lock when on:
+// shared locks of a resource are held side by side, and an exclusive lock
+// (the default kind) excludes them all and is excluded by any. Extend and
+// Release work on it as on any lock. An exclusive acquire that finds
+// readers keeps new ones out for 2 s from its last attempt, so a writer
+// waits at most for the longest reader already in. It cannot be combined
+// with [WithFencing] or [WithPermits]. Default: off.
+func WithShared(on bool) LockOption {
+	return func(c *config) { c.shared = on }
+}
+
 // sharedKind is the kind of the shared (read) locks.
 type sharedKind struct{}
 
