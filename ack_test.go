@@ -21,6 +21,7 @@ import (
 // sentinels) as one member of a 3-node quorum: locks work before, during and
 // after forced failovers, and no call waits past its node timeout.
 func TestSentinelNodeInAQuorum(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinel(t, 2, 3)
 	plain := redistest.Start(t, 2)
 	const nodeTimeout = 200 * time.Millisecond
@@ -100,6 +101,7 @@ func TestSentinelNodeInAQuorum(t *testing.T) {
 // it: the write had not reached the replica that was promoted. With it,
 // never.
 func TestReplicaAckKeepsLocksThroughFailover(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinel(t, 2, 3)
 	g.SetReplicationLag(500 * time.Millisecond)
 	const rounds = 8
@@ -150,6 +152,7 @@ func TestReplicaAckKeepsLocksThroughFailover(t *testing.T) {
 // saying so, and the failed attempt's write is cleaned up; a node without
 // WAITAOF (Redis < 7.2) refuses WithAOFAck clearly.
 func TestReplicaAckFallsShort(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 1, redlock.WithNodeTimeout(500*time.Millisecond)) // no replicas at all
 	_, err := f.rl.Acquire(context.Background(), []string{"short"}, time.Second,
 		redlock.WithReplicaAck(1, 40*time.Millisecond), redlock.WithRetryCount(0))
@@ -188,6 +191,7 @@ func TestReplicaAckFallsShort(t *testing.T) {
 // refused, saying so: before, it read "the node does not run Lua scripts",
 // and a WAITAOF renamed on Redis 7.2 was told to upgrade to 7.2.
 func TestAcknowledgementCommandDisabled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cases := []struct {
 		command string
@@ -224,6 +228,7 @@ func TestAcknowledgementCommandDisabled(t *testing.T) {
 // quorum), fail its slot's primary over at once (CLUSTER FAILOVER TAKEOVER
 // on its replica), and try to acquire the lock from another client.
 func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartReplicatedCluster(t, 3)
 	c.SetReplicationLag(500 * time.Millisecond)
 	const rounds = 8
@@ -274,6 +279,7 @@ func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
 // Acquire, the fencing write-back and Extend all wait for the replicas; a
 // release does not.
 func TestReplicaAckOnEveryWrite(t *testing.T) {
+	t.Parallel()
 	primaries, _ := redistest.StartWithReplicas(t, 3, 1)
 	f := newFixture(t, redistest.Setup{On: primaries}, redlock.WithNodeTimeout(500*time.Millisecond),
 		redlock.WithReplicaAck(1, 100*time.Millisecond))
@@ -302,6 +308,7 @@ func TestReplicaAckOnEveryWrite(t *testing.T) {
 // take lanes of their own, so a plain Acquire or Release never waits behind
 // a WAIT (with the replica stopped, each WAIT lasts its whole timeout).
 func TestReplicaAckDoesNotHoldUpPlainCalls(t *testing.T) {
+	t.Parallel()
 	primaries, replicas := redistest.StartWithReplicas(t, 3, 1)
 	f := newFixture(t, redistest.Setup{On: primaries}, redlock.WithNodeTimeout(500*time.Millisecond))
 	ctx := context.Background()
@@ -347,6 +354,7 @@ func TestReplicaAckDoesNotHoldUpPlainCalls(t *testing.T) {
 // A client whose ReadTimeout would cut a WAIT short is refused before
 // anything is sent, naming the option to change.
 func TestReplicaAckNeedsTheClientsReadTimeout(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 1, Client: &redis.Options{ReadTimeout: 100 * time.Millisecond}}, redlock.WithNodeTimeout(500*time.Millisecond))
 	_, err := f.rl.Acquire(context.Background(), []string{"rt"}, time.Second, redlock.WithReplicaAck(1, 200*time.Millisecond))
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)

@@ -28,6 +28,7 @@ func clusterRedlock(t *testing.T, nodes []*redistest.Node, co *redis.ClusterOpti
 // node answers CROSSSLOT and votes against. Waiting works there too: the
 // release script's announcement reaches a waiter in another Redlock.
 func TestClusterClientAsOneNode(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	rl, cc := clusterRedlock(t, nodes, nil)
 	ctx := context.Background()
@@ -87,6 +88,7 @@ func TestClusterClientAsOneNode(t *testing.T) {
 // a Cluster copies to every node), and each resource's subscription ends
 // when its last waiter leaves.
 func TestClusterShardedWake(t *testing.T) {
+	t.Parallel()
 	redistest.ByDesign(t, 7, 0, "sharded pub/sub (SSUBSCRIBE)")
 	nodes := redistest.StartCluster(t, 3)
 	ctx := context.Background()
@@ -177,6 +179,7 @@ func TestClusterShardedWake(t *testing.T) {
 // scripts that take a resource and its counter together are accepted, for
 // hash-tagged resources, plain ones and ones with odd braces alike.
 func TestClusterFencedLocks(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	rl, _ := clusterRedlock(t, nodes, nil)
 	ctx := context.Background()

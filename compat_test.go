@@ -73,6 +73,7 @@ var compatFeatures = []compatFeature{
 
 // On the server the tests run, every feature does what the table says.
 func TestCompatibility(t *testing.T) {
+	t.Parallel()
 	s := redistest.Version(t)
 	t.Logf("server: %s", s)
 	for _, f := range compatFeatures {
@@ -88,6 +89,7 @@ func TestCompatibility(t *testing.T) {
 
 // README's table is compatTable's.
 func TestCompatibilityTable(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	want := "<!-- compat: drawn from compat_test.go's compatFeatures, kept equal by TestCompatibilityTable -->\n" + compatTable() + "<!-- /compat -->\n"

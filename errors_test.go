@@ -33,6 +33,7 @@ func onePrefix(t *testing.T, err error) string {
 // Errors that retrying cannot fix end the call after its first attempt,
 // whatever the retry count, and name the cause and the remedy.
 func TestRefusalsEndTheCallAtOnce(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 3)
 	ctx := context.Background()
 	admin := nodes[0].Client()
@@ -105,6 +106,7 @@ func TestRefusalsEndTheCallAtOnce(t *testing.T) {
 // input: the error matches ErrInvalidArgument, says to use a hash tag, and
 // ends the call at once.
 func TestCrossSlotIsInvalidArgument(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithRetryCount(10))
 	_, err := f.rl.Acquire(context.Background(), []string{"a", "b"}, time.Second)
 	s := onePrefix(t, err)
@@ -125,6 +127,7 @@ func TestCrossSlotIsInvalidArgument(t *testing.T) {
 // the first attempts say that the set-up is still under way, and the cause
 // shows in the calls after it gave up.
 func TestUnreachableNodeNamesTheCause(t *testing.T) {
+	t.Parallel()
 	down := redistest.StartNode(t)
 	addr := down.Addr()
 	down.Kill()
@@ -159,6 +162,7 @@ func TestUnreachableNodeNamesTheCause(t *testing.T) {
 // Contention reads as contention, with the counts; a try-lock does not
 // speak of a retry window.
 func TestContentionReadsAsContention(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, fast...)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"c"}, time.Minute)
@@ -195,6 +199,7 @@ func TestContentionReadsAsContention(t *testing.T) {
 
 // A hung node's vote names the timeout and its option.
 func TestNodeTimeoutNamesItsOption(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 1, Client: redistest.NoClientTimeouts}, redlock.WithNodeTimeout(50*time.Millisecond), redlock.WithRetryCount(0))
 	warm(t, f.rl)
 	f.Nodes[0].Pause()
@@ -210,6 +215,7 @@ func TestNodeTimeoutNamesItsOption(t *testing.T) {
 // says that the lock was lost once, with one prefix, and matches both
 // ErrExtensionFailed and the extension's own error.
 func TestUsingLostLockSaidOnce(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	err := f.rl.Using(context.Background(), []string{"u"}, time.Second, func(ctx context.Context) error {
 		for i := range f.Nodes {
@@ -241,6 +247,7 @@ func TestUsingLostLockSaidOnce(t *testing.T) {
 
 // Bad input names what was wrong and the option or remedy.
 func TestInvalidInputNamesTheRemedy(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 1)
 	ctx := context.Background()
 	_, ttlErr := f.rl.Acquire(ctx, []string{"k"}, 1500*time.Microsecond)
@@ -263,6 +270,7 @@ func TestInvalidInputNamesTheRemedy(t *testing.T) {
 // fn's own error is kept whole when it carries the loss: wrapped, as a type
 // of its own, or joined with another error; the loss is said once.
 func TestUsingKeepsFnsOwnError(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	rollback := errors.New("rollback failed")
 	cases := map[string]func(cause error) error{

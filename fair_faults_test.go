@@ -52,6 +52,7 @@ func healOnCleanup(t *testing.T, groups ...[]*redistest.Proxy) {
 //     W now counts {0 (stale), 1} as a quorum of hand-overs and returns a
 //     lock with no round trip, while X holds {0, 2}.
 func TestFairStaleHandOverNotCounted(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	violations := 0
@@ -181,6 +182,7 @@ func TestFairStaleHandOverNotCounted(t *testing.T) {
 // down; X, healed towards node 0, is head there (earlier score) and takes
 // nodes 0 and 2 by attempt. Then node 1 hands to W, which claims {0, 1}.
 func TestFairStaleHandOverAllFair(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	violations := 0
@@ -280,6 +282,7 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 // release that hands a resource over is not waited for, and a failover
 // could lose it (a probe lost 8 of 8 such grants to a failover).
 func TestFairReplicaAckTakesHandOverByAttempt(t *testing.T) {
+	t.Parallel()
 	g := redistest.StartSentinel(t, 2, 3)
 	opts := []redlock.Option{redlock.WithNodeTimeout(time.Second), redlock.WithReplicaAck(2, 400*time.Millisecond), redlock.WithFairQueue(true)}
 	mk := func() *redlock.Redlock {
@@ -319,6 +322,7 @@ func TestFairReplicaAckTakesHandOverByAttempt(t *testing.T) {
 // The split ends: a waiter split for a third of a second leaves and queues
 // again in its place. (A harness run found waiters split for 8 s.)
 func TestFairSplitEnds(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 5, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	key := "split"

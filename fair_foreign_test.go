@@ -238,6 +238,7 @@ func waitFair(t *testing.T, f *fixture, rl *redlock.Redlock, key string, w *witn
 // the key while the waiter does, and once it stops, the waiter gets the
 // lock at its next attempt.
 func TestFairQueueBesideForeignClients(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		setNX bool
@@ -281,6 +282,7 @@ func TestFairQueueBesideForeignClients(t *testing.T) {
 // its next attempt. Its node timeout of 1s makes its liveness 5s: it asks
 // again every 1.67s.
 func TestFairQueueHeadWokenByAnnouncedReleases(t *testing.T) {
+	t.Parallel()
 	const live = 5 * time.Second
 	for _, tc := range []struct {
 		name      string
@@ -331,6 +333,7 @@ func TestFairQueueHeadWokenByAnnouncedReleases(t *testing.T) {
 // Acquire alike, until the queue is empty. Three clients loop on the key
 // while a fair holder hands it down a queue of two.
 func TestFairQueueHandedResourcesShutOutOtherClients(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	key := "handed"
@@ -384,6 +387,7 @@ func TestFairQueueHandedResourcesShutOutOtherClients(t *testing.T) {
 // the bound asserted is the waiter's wait while the loop goes on, not a
 // count; the two never hold the key at once.
 func TestFairQueueBesidePlainAcquires(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	key := "plain"
 	var w witness

@@ -37,6 +37,7 @@ func queuedOnNodes(t *testing.T, f *fixture, key string, n int64) {
 // before. Their retry delay is an hour: the hand-over's announcement wakes
 // them.
 func TestFairQueueOrder(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	key := "fifo"
@@ -89,6 +90,7 @@ func TestFairQueueOrder(t *testing.T) {
 // it up for its ttl (as a holder that vanished does), then leaves the
 // queue: its liveness ran out. The ghost here asked for 1s.
 func TestFairQueueDeadHead(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	key := "dead"
@@ -150,6 +152,7 @@ func TestFairQueueDeadHead(t *testing.T) {
 // plain (unfair) Acquire, node-redlock's included, cannot take a resource
 // handed to a waiter.
 func TestFairQueueGiveUpAndInterop(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	key := "leave"
@@ -196,6 +199,7 @@ func TestFairQueueGiveUpAndInterop(t *testing.T) {
 // Across Redlocks (processes), the fair queue keeps mutual exclusion, and
 // every waiter is served: 4 Redlocks × 2 goroutines on one key.
 func TestFairQueueContended(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 5, redlock.WithFairQueue(true))
 	var inside, violations, grants atomic.Int32
 	var wg sync.WaitGroup

@@ -18,12 +18,13 @@ import (
 )
 
 // The faults that leave a node unable to answer.
-var silentFaults = []redistest.Fault{redistest.Hang, redistest.Partition}
+var silentFaults = []redistest.Fault{redistest.DropReplies, redistest.Partition}
 
 // With a minority hung or partitioned, Acquire, Extend and Release each
 // return within the node timeout (plus a margin for the machine), and
 // succeed.
 func TestLivenessMinorityFaulty(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	const margin = 700 * time.Millisecond
 	for _, f := range silentFaults {
@@ -53,6 +54,7 @@ func TestLivenessMinorityFaulty(t *testing.T) {
 // With a majority hung or partitioned, each call fails within the node
 // timeout (one attempt) and names the nodes that did not answer.
 func TestLivenessMajorityFaulty(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	const margin = 700 * time.Millisecond
 	for _, f := range silentFaults {
@@ -107,11 +109,12 @@ func TestLivenessMajorityFaulty(t *testing.T) {
 // Cancelling ctx ends a call stuck on a hung majority at once, long before
 // the node timeout, with an error matching ctx's.
 func TestContextCancelEndsStuckCall(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Minute))
 	ctx := context.Background()
 	held, err := p.rl.Acquire(ctx, []string{"{redlock}held"}, time.Minute)
 	require.NoError(t, err)
-	p.Proxies[1].Set(redistest.Hang)
+	p.Proxies[1].Set(redistest.DropReplies)
 	p.Proxies[2].Set(redistest.Partition)
 
 	calls := []struct {
@@ -150,6 +153,7 @@ func TestContextCancelEndsStuckCall(t *testing.T) {
 // least the longest ttl) or persistence prevents it; the second half shows
 // the rule at work.
 func TestMajorityRestartWithDataLoss(t *testing.T) {
+	t.Parallel()
 	t.Run("immediate restart breaks mutual exclusion", func(t *testing.T) {
 		// No go-redis retries: a command on a connection to the old
 		// process fails at once instead of backing off past the node
@@ -198,6 +202,7 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 // Connections cut and refused on a minority do not stop the quorum, and the
 // votes against name the failing nodes.
 func TestRefusedAndCutMinority(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 5)
 	p.Proxies[0].Set(redistest.Refuse)
 	ctx := context.Background()
@@ -216,6 +221,7 @@ func TestRefusedAndCutMinority(t *testing.T) {
 // release is not held for a retry, and Close has nothing to wait for.
 // (Close waited its whole second, and said a release was still waiting.)
 func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 3)
 	nodes[2].Kill()
 	var clients []redis.UniversalClient
@@ -242,6 +248,7 @@ func TestCloseDoesNotWaitForARefusedNode(t *testing.T) {
 // second and said a node "has not answered"; found by helper-7's probe).
 // With New's clients and Open's, with and without a waiter subscribed.
 func TestCloseDoesNotWaitForANodeThatWentDown(t *testing.T) {
+	t.Parallel()
 	for _, open := range []bool{false, true} {
 		for _, waiter := range []bool{false, true} {
 			t.Run(fmt.Sprintf("open=%v,waiter=%v", open, waiter), func(t *testing.T) {
@@ -289,6 +296,7 @@ func TestCloseDoesNotWaitForANodeThatWentDown(t *testing.T) {
 // the release, refused while the acquire's round was still out, was given
 // up as if nothing had ever reached the node; the lock stayed there.)
 func TestReleaseToANodeReachedByAnOpenConnectionIsKept(t *testing.T) {
+	t.Parallel()
 	const nodeTimeout = time.Second
 	nodes := redistest.Start(t, 3)
 	px := redistest.NewProxy(t, nodes[0].Addr())
@@ -302,7 +310,7 @@ func TestReleaseToANodeReachedByAnOpenConnectionIsKept(t *testing.T) {
 		redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetryCount(0))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rl.Close() })
-	px.Set(redistest.HangRefusingNew)
+	px.Set(redistest.DropRepliesRefusingNew)
 	// Nodes 1 and 2 hold their writes until node 0 has run the acquire: an
 	// acquire decided at a quorum is never sent to a node whose call had
 	// not gone out by then.

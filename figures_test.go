@@ -41,6 +41,7 @@ var measurement = regexp.MustCompile(`\b\d[\d,.]*\s?(ops/s|hand-offs/s|grants/s|
 // blocks those documents hold no measurement. With -figures.update the
 // quotes are rewritten from their sources (the generator).
 func TestFiguresMatchTheirSource(t *testing.T) {
+	t.Parallel()
 	sources := map[string]string{}
 	for _, f := range figureSources {
 		b, err := os.ReadFile(f)
@@ -84,6 +85,7 @@ func TestFiguresMatchTheirSource(t *testing.T) {
 // The drawing's figures in CONTRIBUTING.md (the last row of its table) are
 // what tools/depgraph counts today, in the order CONTRIBUTING gives.
 func TestDrawingFiguresMatchTheTool(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds tools/depgraph")
 	}

@@ -22,6 +22,7 @@ import (
 // package-level redis.NewScript (go-redis hashes it at init; the test
 // binary panics before any test runs).
 func TestFIPS(t *testing.T) {
+	t.Parallel()
 	t.Logf("crypto/fips140.Enabled() = %v; SHA-1 refused (GODEBUG=fips140=only): %v", fips140.Enabled(), sha1Refused())
 	f := newNodes(t, 3)
 	ctx := context.Background()

@@ -27,6 +27,12 @@ func handWait(rl *redlock.Redlock, key string, ttl time.Duration, opts ...redloc
 	return ch
 }
 
+// unhurried is hand-over with a window of an hour, for the tests of what a
+// hand-over does: the default window (100ms since the nodes granted the
+// lock) passes while a loaded machine sets the waiter up, and the release
+// is then a real one.
+var unhurried = redlock.WithHandOver(16, time.Hour)
+
 type acquired struct {
 	l   *redlock.Lock
 	err error
@@ -50,7 +56,8 @@ func (f *fixture) holders(t *testing.T, key string) []string {
 // the waiter's lock expires when the releasing holder's would have. The
 // waiter's retry delay is an hour: only the hand-over can give it the lock.
 func TestHandOverInProcess(t *testing.T) {
-	f := newNodes(t, 3)
+	t.Parallel()
+	f := newNodes(t, 3, unhurried)
 	ctx := context.Background()
 	var released []redlock.ReleasedInfo
 	obs := redlock.WithObserver(&redlock.Observer{Released: func(i redlock.ReleasedInfo) { released = append(released, i) }})
@@ -93,6 +100,7 @@ func TestHandOverInProcess(t *testing.T) {
 // A chain of hand-overs is bounded: after max of them in a row the lock is
 // released for real, and the next waiter gets a new lock from the nodes.
 func TestHandOverChainIsBounded(t *testing.T) {
+	t.Parallel()
 	const max = 3
 	f := newNodes(t, 3, redlock.WithHandOver(max, time.Hour))
 	ctx := context.Background()
@@ -129,6 +137,7 @@ func TestHandOverChainIsBounded(t *testing.T) {
 // The chain's time bound: a lock granted longer ago than the window is
 // released for real.
 func TestHandOverWindow(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithHandOver(100, 50*time.Millisecond))
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"w"}, 10*time.Second)
@@ -147,6 +156,7 @@ func TestHandOverWindow(t *testing.T) {
 // Only a waiter with the same ttl, fencing and hand-over setting is handed
 // the lock; WithHandOver(0, 0) on the release turns it off for that call.
 func TestHandOverNeedsTheSameOptions(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	for name, c := range map[string]struct {
@@ -186,7 +196,8 @@ func TestHandOverNeedsTheSameOptions(t *testing.T) {
 // A fenced lock handed over draws a new token before its new holder runs:
 // the old token + 1, on a quorum of the counters.
 func TestHandOverFencedNewToken(t *testing.T) {
-	f := newNodes(t, 3, redlock.WithFencing(true))
+	t.Parallel()
+	f := newNodes(t, 3, redlock.WithFencing(true), unhurried)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"f"}, 10*time.Second)
 	require.NoError(t, err)
@@ -216,6 +227,7 @@ func TestHandOverFencedNewToken(t *testing.T) {
 // A lock with less than half its ttl left is released for real: its new
 // holder would start with too little.
 func TestHandOverNotWhenLittleIsLeft(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"t"}, 400*time.Millisecond)
@@ -235,6 +247,7 @@ func TestHandOverNotWhenLittleIsLeft(t *testing.T) {
 // node) does not hand over: the extension may shorten the lock on the
 // nodes after the hand-over counted its validity.
 func TestHandOverNotDuringExtend(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"e"}, 10*time.Second)
@@ -264,6 +277,7 @@ func TestHandOverNotDuringExtend(t *testing.T) {
 // gives up while a lock is handed to it passes it on or releases it: when
 // every call is over, no key is left.
 func TestHandOverContended(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	var inside, violations, handed, grants atomic.Int32
 	var wg sync.WaitGroup
@@ -310,7 +324,8 @@ func TestHandOverContended(t *testing.T) {
 // expiration (the nodes keep the keys no longer), through whichever handle
 // releases.
 func TestHandOverAfterShorterExtend(t *testing.T) {
-	f := newNodes(t, 3)
+	t.Parallel()
+	f := newNodes(t, 3, unhurried)
 	ctx := context.Background()
 	for _, through := range []string{"new handle", "old handle"} {
 		t.Run(through, func(t *testing.T) {
@@ -351,6 +366,7 @@ func TestHandOverAfterShorterExtend(t *testing.T) {
 // lock are refused before anything is sent, with the option's name; the
 // queue's keys are refused as resources.
 func TestContendedBadInput(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 1)
 	ctx := context.Background()
 	for name, c := range map[string]struct {
@@ -394,6 +410,7 @@ func TestContendedBadInput(t *testing.T) {
 // a lock that may be gone. (A probe handed it over, and the deletes landed
 // under the new holder.)
 func TestHandOverNotAfterAFailedRelease(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3, redlock.WithHandOver(16, time.Minute))
 	ctx := context.Background()
 	a, err := f.rl.Acquire(ctx, []string{"rr"}, 10*time.Second)
@@ -425,7 +442,8 @@ func TestHandOverNotAfterAFailedRelease(t *testing.T) {
 // it the lock. (A probe found it out of the queue for good, waiting out its
 // retry delay while the resource was free.)
 func TestHandOverFencedTokenFailsWaiterQueuesAgain(t *testing.T) {
-	f := newProxied(t, 3, redlock.WithFencing(true))
+	t.Parallel()
+	f := newProxied(t, 3, redlock.WithFencing(true), unhurried)
 	ctx := context.Background()
 	a, err := f.rl.Acquire(ctx, []string{"fwb"}, time.Second)
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 // waiters). Root files are cut by topic, not by a line count (issue 44
 // dropped the cap of 400 lines: it split one idea over files).
 func TestLayers(t *testing.T) {
+	t.Parallel()
 	const mod = "github.com/go-redlock/redlock/"
 	allowed := map[string][]string{
 		"driver":          {"github.com/redis/go-redis/v9"},
@@ -57,6 +58,7 @@ func TestLayers(t *testing.T) {
 // no tracked file is an executable binary or larger than 1 MiB, and
 // .gitignore keeps the commands' outputs out.
 func TestNoBuildOutputsCommitted(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("git", "ls-files", "-z").Output()
 	if err != nil {
 		t.Skipf("not a git checkout: %v", err)
@@ -83,6 +85,7 @@ func TestNoBuildOutputsCommitted(t *testing.T) {
 // (kind.go); every primitive lives in its own file. A word of a primitive
 // in these files (code or comment) means a branch for it crept back in.
 func TestEngineNamesNoKind(t *testing.T) {
+	t.Parallel()
 	engine := []string{"engine.go", "attempt.go"}
 	banned := regexp.MustCompile(`(?i)fair|fenc|permit|semaphore|reader|shared lock|\bterms?\b|election|elected|plainKind|fencedKind|` +
 		`semaphoreKind|sharedKind|fairKind|termKind|fairCall|fencedHooks|kindFor|writeBack|handedByNodes`)
@@ -106,6 +109,7 @@ func TestEngineNamesNoKind(t *testing.T) {
 // spelled in internal/script/keys.go alone: the scripts, the kinds, the
 // checks of reserved namespaces and the tools take it from there.
 func TestKeyNamesInOnePlace(t *testing.T) {
+	t.Parallel()
 	name := regexp.MustCompile(`^"redlock:[a-z]`)
 	var found []string
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
@@ -141,6 +145,7 @@ func TestKeyNamesInOnePlace(t *testing.T) {
 // recipe misses fails here: add the file to the recipe (or keep the kind
 // out of it).
 func TestNewKindRecipe(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("CONTRIBUTING.md")
 	require.NoError(t, err)
 	_, block, ok := strings.Cut(string(doc), "<!-- recipe -->")

@@ -16,7 +16,7 @@ import (
 
 // quiet drops go-redis's own log lines (dial retries against the nodes the
 // tests kill on purpose), keeping them for the tests that count them
-// (quiet_test.go): the user's own logger, which Open must leave alone.
+// (redlock_open_test.go): the user's own logger, which Open must leave alone.
 type quiet struct{}
 
 var (

@@ -18,6 +18,7 @@ import (
 // A node list parses into one Options per entry, in order, with the client
 // settings a Redlock wants where the entry does not set its own.
 func TestParseNodes(t *testing.T) {
+	t.Parallel()
 	opts, err := redlock.ParseNodes(" 10.0.0.1:6379, redis://u:s3cret@10.0.0.2:6380/2 ,rediss://10.0.0.3:6381?max_retries=3,unix:///run/redis.sock")
 	require.NoError(t, err)
 	require.Len(t, opts, 4)
@@ -40,6 +41,7 @@ func TestParseNodes(t *testing.T) {
 // Every bad list gets an error that matches ErrInvalidArgument, says what is
 // wrong and how to write it, and never shows a password.
 func TestParseNodesRefuses(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		list string
 		says []string
@@ -81,6 +83,7 @@ func TestParseNodesRefuses(t *testing.T) {
 // Open makes the clients, runs locks on them, and closes them with the
 // Redlock; New's errors reach its caller with nothing left open.
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	list := nodes[0].Addr() + ", " + nodes[1].Addr() + ",redis://" + nodes[2].Addr() + "/1"
@@ -117,6 +120,7 @@ func TestOpen(t *testing.T) {
 // the first half of a password with a comma, and a password with a space,
 // in the errors.)
 func TestParseNodesNeverShowsAPassword(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ list, secret string }{
 		{"redis://u:pa,ssw0rdXYZ@h:6379", "ssw0rdXYZ"},                 // unencoded comma: first half in entry 1
 		{"redis://u:SECRETpart,tail@h:6379", "SECRETpart"},             // first half of password
@@ -215,6 +219,7 @@ func TestParseNodesNeverShowsAPassword(t *testing.T) {
 // An error quotes its entry as given, less the blanks around it, whatever
 // they are.
 func TestParseNodesQuotesTheEntry(t *testing.T) {
+	t.Parallel()
 	for _, list := range []string{"a:1,\r\n redis-9 \t", "a:1, redis-9", "\vredis-9"} {
 		_, err := redlock.ParseNodes(list)
 		require.Error(t, err, "%q", list)

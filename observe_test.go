@@ -47,6 +47,7 @@ func (r *recorder) reset() {
 // The observer sees what a scripted run on real nodes did: contention, a
 // hung minority node, a release with its hold time, a lost lock.
 func TestObserverSeesWhatHappened(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	f := newProxied(t, 3, redlock.WithObserver(rec.observer()))
 	ctx := context.Background()
@@ -87,7 +88,7 @@ func TestObserverSeesWhatHappened(t *testing.T) {
 
 	// A hung minority node: its votes against are node timeouts.
 	rec.reset()
-	f.Proxies[2].Set(redistest.Hang)
+	f.Proxies[2].Set(redistest.DropReplies)
 	l, err := f.rl.Acquire(ctx, []string{"obs2"}, 10*time.Second)
 	require.NoError(t, err)
 	_, _ = l.Release(ctx)
@@ -128,6 +129,7 @@ func TestObserverSeesWhatHappened(t *testing.T) {
 
 // A hook that panics is not the engine's problem.
 func TestObserverPanicIsContained(t *testing.T) {
+	t.Parallel()
 	boom := func() { panic("observer bug") }
 	f := newNodes(t, 3, redlock.WithObserver(&redlock.Observer{
 		Attempt: func(redlock.AttemptInfo) { boom() }, Done: func(redlock.CallInfo) { boom() },
@@ -144,6 +146,7 @@ func TestObserverPanicIsContained(t *testing.T) {
 // An observer gets copies: scribbling on what it is given changes nothing
 // the engine decides or the Lock reports.
 func TestObserverCannotChangeTheLocking(t *testing.T) {
+	t.Parallel()
 	scribble := &redlock.Observer{
 		Attempt: func(a redlock.AttemptInfo) {
 			a.Resources[0] = "moved"
@@ -183,6 +186,7 @@ func TestObserverCannotChangeTheLocking(t *testing.T) {
 // refused input, spent handles and second releases included, and a call's
 // own WithObserver even when another of its options is bad.
 func TestObserverSeesEveryReturn(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	f := newNodes(t, 3, redlock.WithObserver(rec.observer()))
 	ctx := context.Background()

@@ -33,6 +33,7 @@ func inspect(t *testing.T, f *fixture, resource string) redlock.Inspection {
 }
 
 func TestInspectEveryKind(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithIdentity(job))
 	ctx := context.Background()
 
@@ -156,11 +157,12 @@ func TestInspectEveryKind(t *testing.T) {
 // A node that does not answer makes the verdict unknown where it matters,
 // never free.
 func TestInspectUnknownIsNeverFree(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3)
 	ctx := context.Background()
 	_, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
 	require.NoError(t, err)
-	f.Proxies[0].Set(redistest.Hang)
+	f.Proxies[0].Set(redistest.DropReplies)
 	in, err := f.rl.Inspect(ctx, "x")
 	require.NoError(t, err)
 	assert.Equal(t, redlock.Held, in.State, "two of three hold it: held whatever the third says")
@@ -170,7 +172,7 @@ func TestInspectUnknownIsNeverFree(t *testing.T) {
 	require.ErrorAs(t, in.Errors[0], &ne)
 	assert.Equal(t, 0, ne.Node)
 
-	f.Proxies[1].Set(redistest.Hang)
+	f.Proxies[1].Set(redistest.DropReplies)
 	begin := time.Now()
 	in, err = f.rl.Inspect(ctx, "x")
 	assert.Less(t, time.Since(begin), time.Second, "Inspect waits for a silent node no longer than the node timeout (100ms) and a margin")
@@ -190,6 +192,7 @@ func TestInspectUnknownIsNeverFree(t *testing.T) {
 // ForceRelease wakes a waiter whose retry delay is seconds: it gets the
 // lock within a second.
 func TestForceReleaseWakesAWaiter(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	old, err := f.rl.Acquire(ctx, []string{"job"}, 2*time.Hour)
@@ -216,6 +219,7 @@ func TestForceReleaseWakesAWaiter(t *testing.T) {
 // extension restores keys), and its Release leaves the next holder alone.
 // Its fencing token stays below the next one's.
 func TestForceReleasedHolderNeverComesBack(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	ended := make(chan error, 1)
@@ -265,6 +269,7 @@ func TestForceReleasedHolderNeverComesBack(t *testing.T) {
 // With values, ForceRelease takes one permit of a semaphore, or one reader
 // of a shared lock; the others go on.
 func TestForceReleaseOneHolder(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	operator, _ := ownRedlock(t, f, direct)
@@ -312,6 +317,7 @@ func TestForceReleaseOneHolder(t *testing.T) {
 // Force-releasing an election's term deposes its leader; the next term is
 // numbered above it.
 func TestForceReleaseDeposesALeader(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	term, err := f.rl.Election("e").Campaign(ctx, "first", 2*time.Second)
@@ -330,6 +336,7 @@ func TestForceReleaseDeposesALeader(t *testing.T) {
 }
 
 func TestIdentity(t *testing.T) {
+	t.Parallel()
 	for _, id := range []string{"web-1/4242", job, "a:b:c", "100%", "  spaced  ", strings.Repeat("x", redlock.MaxIdentity)} {
 		v := redlock.ValueWithIdentity(id)
 		assert.Equal(t, id, redlock.IdentityOf(v), "%q", id)
@@ -349,6 +356,7 @@ func TestIdentity(t *testing.T) {
 }
 
 func TestOperatorBadInput(t *testing.T) {
+	t.Parallel()
 	rl, err := redlock.New(miniClient(t))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -376,6 +384,7 @@ func miniClient(t *testing.T) []redis.UniversalClient {
 // sharded channel (Redis 7.0 and later: on 6.2 the waiter waits its retry
 // delay, by design).
 func TestOperatorOnACluster(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithIdentity(job))
 	ctx := context.Background()
 	sharded := redistest.Version(t).AtLeast(7, 0)
@@ -440,6 +449,7 @@ func TestOperatorOnACluster(t *testing.T) {
 
 // A lock of the fair queue, force-released, goes to the queue's head.
 func TestForceReleaseFairQueue(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	held, err := f.rl.Acquire(ctx, []string{"fifo"}, 2*time.Hour)
@@ -463,6 +473,7 @@ func TestForceReleaseFairQueue(t *testing.T) {
 // gets it within about the queue's liveness (a second), for as long as the
 // holder's place lasts at the head.
 func TestForceReleaseFairQueueHead(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithFairQueue(true))
 	ctx := context.Background()
 	_, err := f.rl.Acquire(ctx, []string{"fifo"}, 1500*time.Millisecond)
@@ -505,6 +516,7 @@ func TestForceReleaseFairQueueHead(t *testing.T) {
 // each excludes the other, each releases its own, and Inspect shows a
 // node-redlock lock with no identity.
 func TestIdentityWithNodeRedlock(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, redlock.WithIdentity(job))
 	ctx := context.Background()
 	nodeAcquire := func(key, value string) (won int) {
@@ -547,6 +559,7 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 // A shared lock taken over a tombstone lives as long as its readers, not as
 // long as the tombstone (was: a writer refused for the old lock's hour).
 func TestSharedLockOverATombstone(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Hour)
@@ -564,6 +577,7 @@ func TestSharedLockOverATombstone(t *testing.T) {
 // ForceRelease with a ctx already ended sends nothing (was: it released,
 // and said it reached no node).
 func TestForceReleaseWithAnEndedContext(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
@@ -585,6 +599,7 @@ func TestForceReleaseWithAnEndedContext(t *testing.T) {
 // rolling restart cannot let them restore it onto a quorum past the
 // tombstones (was: the second Extend after two restarts succeeded).
 func TestALostLockStaysLost(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	holder, _ := ownRedlock(t, f, direct)
@@ -609,6 +624,7 @@ func TestALostLockStaysLost(t *testing.T) {
 // A foreign value shorter than 32 characters, force-released, wakes the
 // waiters (was: they slept their retry delay).
 func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	for i := range f.Peek {
@@ -628,6 +644,7 @@ func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
 
 // Values that no node holds: ErrNotHeld, nothing released.
 func TestForceReleaseOfValuesNotHeld(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
@@ -642,6 +659,7 @@ func TestForceReleaseOfValuesNotHeld(t *testing.T) {
 // Using gives fn its lock's value, as Inspect shows it; an inner Using
 // gives its own.
 func TestValueFrom(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	_, ok := redlock.ValueFrom(ctx)

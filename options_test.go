@@ -19,6 +19,7 @@ import (
 // something off without a word, is refused with ErrInvalidArgument naming
 // the options as the caller gave them, before anything is sent.
 func TestMeaninglessOptionsAreRefused(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	hand := redlock.WithHandOver(8, time.Second)
@@ -93,6 +94,7 @@ func TestMeaninglessOptionsAreRefused(t *testing.T) {
 // keep the lock's own. A []Option of both kinds still goes to New, Acquire
 // and Using.
 func TestLockOptionsDoNotCompileOnExtendOrRelease(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds snippets with the go command")
 	}

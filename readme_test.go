@@ -16,6 +16,7 @@ import (
 // testdata (which ./... patterns skip) and vetted there. Blocks that import
 // redlockotel are vetted in that module (redlockotel/readme_test.go).
 func TestReadmeGoBlocksCompile(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}
@@ -84,6 +85,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 // 300 and 150 lines (issue 34). What they leave out is in the names' docs,
 // RELIABILITY.md and benchmarks/README.md.
 func TestReadmeAndPackageDocStayShort(t *testing.T) {
+	t.Parallel()
 	for f, most := range map[string]int{"README.md": 300, "doc.go": 150} {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -84,6 +84,7 @@ func allNodes(n int) []int {
 
 // node-redlock §9 cases 2, 3 and 10, on 1, 2, 3 and 5 nodes.
 func TestAcquireExtendRelease(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 2, 3, 4, 5} {
 		for _, keys := range [][]string{{"{redlock}a"}, {"{redlock}a1", "{redlock}a2"}} {
 			t.Run(fmt.Sprintf("nodes=%d/keys=%d", n, len(keys)), func(t *testing.T) {
@@ -139,6 +140,7 @@ func TestAcquireExtendRelease(t *testing.T) {
 // node-redlock §9 case 4: every node unreachable. The error matches neither
 // sentinel, and every attempt is recorded.
 func TestUnreachableNodes(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	for _, nd := range nodes {
@@ -164,6 +166,7 @@ func TestUnreachableNodes(t *testing.T) {
 
 // node-redlock §9 case 5.
 func TestLocksExpire(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := context.Background()
 	first, err := c.rl.Acquire(ctx, []string{"{redlock}e"}, 200*time.Millisecond)
@@ -180,6 +183,7 @@ func TestLocksExpire(t *testing.T) {
 
 // node-redlock §9 case 6, plus the sentinel it lacked.
 func TestLocksAreExclusive(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3, fast...)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
@@ -216,6 +220,7 @@ func TestLocksAreExclusive(t *testing.T) {
 
 // node-redlock §9 case 7: all-or-nothing.
 func TestOverlappingMultiLocks(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3, fast...)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}c1", "{redlock}c2"}, long)
@@ -244,6 +249,7 @@ func TestOverlappingMultiLocks(t *testing.T) {
 
 // node-redlock §9 case 11: a minority held by someone else.
 func TestMinorityFails(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := context.Background()
 	c.Set(t, 2, "{redlock}b", "other", 0)
@@ -268,6 +274,7 @@ func TestMinorityFails(t *testing.T) {
 // node-redlock §9 case 12: a majority held by others; the cleanup removes
 // what the attempts wrote on the free node.
 func TestMajorityFails(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var reported []error
 	c := newNodes(t, 3, append(fast, redlock.WithErrorHandler(func(err error) {
@@ -309,6 +316,7 @@ func TestMajorityFails(t *testing.T) {
 
 // node-redlock's unmerged case 13: a waiter gets the lock once it is freed.
 func TestWaiterAcquiresAfterRelease(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := context.Background()
 	held, err := c.rl.Acquire(ctx, []string{"{redlock}d"}, long)
@@ -332,6 +340,7 @@ func TestWaiterAcquiresAfterRelease(t *testing.T) {
 // Fixed: with an even n a 2:2 split is decided at once (node-redlock hangs
 // for ever here, as on a 1:1 split of 2 nodes).
 func TestEvenSplitDoesNotHang(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 4)
 	c.Set(t, 2, "{redlock}s", "other", 0)
 	c.Set(t, 3, "{redlock}s", "other", 0)
@@ -351,6 +360,7 @@ func TestEvenSplitDoesNotHang(t *testing.T) {
 // (node-redlock §4.6: it fails here although it could hold 2 of 3 nodes),
 // because a failed attempt releases what it wrote.
 func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	c.Set(t, 0, "{redlock}o", "other", 300*time.Millisecond) // frees up later
 	c.Set(t, 2, "{redlock}o", "other", 0)                    // never frees up
@@ -369,6 +379,7 @@ func TestRetryNotBlockedByEarlierAttempt(t *testing.T) {
 // with ErrLockExpired, even with unlimited retries (node-redlock retries for
 // 2 s, or for ever with -1).
 func TestExpiredLockEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := within(t, 10*time.Second)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, 50*time.Millisecond)
@@ -389,6 +400,7 @@ func TestExpiredLockEndsAtOnce(t *testing.T) {
 // Fixed: a lock whose keys were taken over is known lost at the first
 // attempt: release and extend do not retry.
 func TestStolenLockEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := within(t, 10*time.Second)
 	lock, err := c.rl.Acquire(ctx, []string{"{redlock}x"}, long)
@@ -412,6 +424,7 @@ func TestStolenLockEndsAtOnce(t *testing.T) {
 // Fixed: a quorum reached only after the validity has passed is a failure,
 // and what it wrote is cleaned up (node-redlock returns an expired Lock).
 func TestLateQuorumIsFailure(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3, redlock.WithNodeTimeout(time.Second))
 	for _, cl := range c.Clients {
 		cl.AddHook(hook{onCmd: func(redis.Cmder) { time.Sleep(30 * time.Millisecond) }})
@@ -441,6 +454,7 @@ func TestLateQuorumIsFailure(t *testing.T) {
 // their own) stalls no call: each returns as soon as the healthy nodes give a
 // quorum, well before the per-node timeout.
 func TestHungMinorityDoesNotStall(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{ReadTimeout: -1, WriteTimeout: -1}}, redlock.WithNodeTimeout(10*time.Second))
@@ -469,6 +483,7 @@ func TestHungMinorityDoesNotStall(t *testing.T) {
 // Fixed: a hung majority fails within the per-node timeout, naming the nodes
 // that did not answer, even though the clients have no timeout of their own.
 func TestHungMajorityFailsAtTimeout(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{ReadTimeout: -1, WriteTimeout: -1}}, redlock.WithNodeTimeout(200*time.Millisecond))
@@ -504,6 +519,7 @@ func TestHungMajorityFailsAtTimeout(t *testing.T) {
 // ctx ends a call promptly, and the error matches both ctx's error and the
 // sentinel of what it was waiting for.
 func TestContextEndsCall(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	held, err := c.rl.Acquire(context.Background(), []string{"{redlock}w"}, long)
 	require.NoError(t, err)
@@ -529,6 +545,7 @@ func TestContextEndsCall(t *testing.T) {
 
 // A quorum lost to node failures matches neither sentinel.
 func TestQuorumLostToFailures(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1}}, fast...)
@@ -552,6 +569,7 @@ func TestQuorumLostToFailures(t *testing.T) {
 
 // EVALSHA falls back to EVAL when a node lost its script cache.
 func TestScriptCacheFlushed(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := c.rl.Acquire(ctx, []string{"{redlock}s"}, long)
@@ -575,6 +593,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 // nodes so that none wins), so that callers get the lock at all is counted
 // on the waiting ones, each of which must get it every time.
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -629,6 +648,7 @@ func TestConcurrentUse(t *testing.T) {
 // every retry, and none reaches a quorum until they give up. Each failed
 // attempt now releases what it wrote, so every waiter gets its turn.
 func TestWaitersDoNotSplitTheNodes(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 5)
 	var inside, violations atomic.Int32
 	var wg sync.WaitGroup
@@ -663,6 +683,7 @@ func TestWaitersDoNotSplitTheNodes(t *testing.T) {
 // caches flushed again and again (NOSCRIPT inside a pipeline), and with some
 // callers cancelling, every other caller's Acquire and Release succeed.
 func TestBatchedCalls(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	var pipelines atomic.Int32
 	for _, cl := range c.Clients {

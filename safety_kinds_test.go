@@ -293,7 +293,7 @@ func (k *kinds) table(names []string) string {
 	return b.String()
 }
 
-var safetyKindRounds = flag.Int("safety.kinds.rounds", 2, "rounds of the fault schedule TestSafetyKinds runs (RELIABILITY.md figures: 2 in .ci/run)")
+var safetyKindRounds = flag.Int("safety.kinds.rounds", 1, "rounds of the fault schedule TestSafetyKinds runs (1 in the suite; RELIABILITY.md figures: 2, .ci/run's safety step)")
 
 // TestSafetyKinds runs the semaphore and read-write workers, and the
 // contended hand-over workers (safety_handover_test.go), through the fault

@@ -40,7 +40,7 @@ type phase struct {
 var schedule = []phase{
 	{name: "healthy"},
 	{name: "1 node hung (requests applied, replies lost)",
-		start: func(h *harness) { h.Proxies[0].Set(redistest.Hang) },
+		start: func(h *harness) { h.Proxies[0].Set(redistest.DropReplies) },
 		end:   func(h *harness) { h.Proxies[0].Heal() }},
 	{name: "2 nodes slow (+20ms each way)",
 		start: func(h *harness) {
@@ -77,7 +77,7 @@ var schedule = []phase{
 	{name: "nodes lose keys (a lost-lock worker's key deleted on 3 of 5 nodes, every 250ms)"},
 	{name: "1 node hung, 1 node slow (+50ms one way)",
 		start: func(h *harness) {
-			h.Proxies[1].Set(redistest.Hang)
+			h.Proxies[1].Set(redistest.DropReplies)
 			h.Proxies[3].SetLatency(50*time.Millisecond, 0)
 		},
 		end: func(h *harness) { h.Proxies[1].Heal(); h.Proxies[3].Heal() }},

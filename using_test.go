@@ -30,6 +30,7 @@ const usingTTL = 300 * time.Millisecond
 // (a quorum at least) the whole time, fn's ctx is never cancelled, and the
 // keys are gone afterwards.
 func TestUsingExtends(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	var value string
 	var maxPTTLAfterTTL time.Duration
@@ -90,6 +91,7 @@ func waitCancelled(t *testing.T, ctx context.Context, bound time.Duration) time.
 // one extension period with a cause matching ErrExtensionFailed, and Using
 // reports it although fn returned nil.
 func TestUsingStolen(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	var cause error
 	err := c.rl.Using(context.Background(), []string{"{redlock}st"}, usingTTL, func(ctx context.Context) error {
@@ -109,6 +111,7 @@ func TestUsingStolen(t *testing.T) {
 // is cancelled before the lock's validity is over, Using reports it. With
 // unlimited retries too: nothing hangs.
 func TestUsingMajorityKilled(t *testing.T) {
+	t.Parallel()
 	for _, retries := range []int{10, -1} {
 		redistest.Require(t)
 		nodes := redistest.Start(t, 3)
@@ -134,6 +137,7 @@ func TestUsingMajorityKilled(t *testing.T) {
 
 // A minority killed mid-fn: the lock is extended on the others, fn completes.
 func TestUsingMinorityKilled(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	nodes := redistest.Start(t, 3)
 	c := newFixture(t, redistest.Setup{On: nodes, Client: &redis.Options{MaxRetries: -1, DialTimeout: 50 * time.Millisecond}}, usingOpts...)
@@ -154,6 +158,7 @@ func TestUsingMinorityKilled(t *testing.T) {
 // The caller's ctx ends mid-fn: fn's ctx ends with it, the lock is still
 // released, and fn's error comes back.
 func TestUsingCallerCancels(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
@@ -170,6 +175,7 @@ func TestUsingCallerCancels(t *testing.T) {
 
 // fn's error is returned as it is; a release error is joined to it.
 func TestUsingErrorsJoined(t *testing.T) {
+	t.Parallel()
 	errWork := errors.New("work failed")
 	c := newNodes(t, 3)
 	err := c.rl.Using(context.Background(), []string{"{redlock}e1"}, usingTTL, func(context.Context) error {
@@ -194,6 +200,7 @@ func TestUsingErrorsJoined(t *testing.T) {
 
 // A panic in fn releases the lock and goes on.
 func TestUsingPanic(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	func() {
 		defer func() {
@@ -226,6 +233,7 @@ func TestUsingPanic(t *testing.T) {
 // statement failed by 7µs: the extender may begin in the moment between
 // that statement and Using seeing fn return.)
 func TestUsingNoExtensionAfterReturn(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var extends, releases []time.Time // the start of each extension and release attempt
 	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
@@ -269,6 +277,7 @@ func TestUsingNoExtensionAfterReturn(t *testing.T) {
 
 // Two Using calls on one resource run one after the other, never together.
 func TestUsingExclusive(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	var inside, violations atomic.Int32
 	done := make(chan error, 2)
@@ -293,6 +302,7 @@ func TestUsingExclusive(t *testing.T) {
 // Bad input is refused before anything is acquired; an acquire failure is
 // returned unchanged and fn never runs.
 func TestUsingValidationAndAcquireFailure(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	ctx := context.Background()
 	ran := false
@@ -326,6 +336,7 @@ func TestUsingValidationAndAcquireFailure(t *testing.T) {
 // one try per retry window, the extender slept a whole delay past the
 // validity; a helper's election harness counted the overlaps.)
 func TestUsingEndsFnAtTheValidityWhenExtensionsFail(t *testing.T) {
+	t.Parallel()
 	const delay = 800 * time.Millisecond
 	var validUntil atomic.Int64
 	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {

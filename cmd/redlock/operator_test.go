@@ -412,7 +412,7 @@ func TestSilentNodeBoundsTheExit(t *testing.T) {
 		addrs = append(addrs, p.Addr())
 	}
 	list := strings.Join(addrs, ",")
-	hung.Set(redistest.Hang)
+	hung.Set(redistest.DropReplies)
 	r := c.run(t, "status", "--node-timeout", "1s", "--nodes", list, "x")
 	assert.Equal(t, 1, r.code, "free: two of three answered and hold nothing")
 	assert.Less(t, r.took, 2*time.Second, "status with one hung node and --node-timeout 1s")

@@ -321,7 +321,7 @@ func faults(t *testing.T, d Driver) {
 	warm(t, rl, "warm")
 	srv[3].Pause()
 	defer srv[3].Resume()
-	px.Set(redistest.Hang)
+	px.Set(redistest.DropReplies)
 	// Bound: 100ms per node, 3 attempts and their delays, and slack for a
 	// loaded machine; an unbounded wait would be the client's own timeouts.
 	const bound = 3 * time.Second

@@ -16,20 +16,20 @@ type Fault int32
 const (
 	// Healthy forwards everything, after the configured latency.
 	Healthy Fault = iota
-	// Hang lets requests through to the node but drops every reply: the
+	// DropReplies lets requests through to the node but drops every reply: the
 	// node acts on a command and the client never learns of it. Leaving
-	// Hang or Partition cuts the open connections, whose streams lost bytes.
-	Hang
+	// DropReplies or Partition cuts the open connections, whose streams lost bytes.
+	DropReplies
 	// Partition drops traffic both ways: nothing reaches the node, nothing
 	// comes back. Connections stay open.
 	Partition
 	// Refuse closes the listening socket, so that new connections are
 	// refused; open ones are cut.
 	Refuse
-	// HangRefusingNew is Hang on the open connections (requests reach the
+	// DropRepliesRefusingNew is DropReplies on the open connections (requests reach the
 	// node, replies are dropped) with new connections refused: a host that
 	// went away while a client still held a connection to it.
-	HangRefusingNew
+	DropRepliesRefusingNew
 )
 
 // String names the fault.
@@ -37,14 +37,14 @@ func (f Fault) String() string {
 	switch f {
 	case Healthy:
 		return "healthy"
-	case Hang:
-		return "hang"
+	case DropReplies:
+		return "replies dropped"
 	case Partition:
 		return "partition"
 	case Refuse:
 		return "refuse"
-	case HangRefusingNew:
-		return "hang, refusing new connections"
+	case DropRepliesRefusingNew:
+		return "replies dropped, new connections refused"
 	}
 	return "unknown"
 }
@@ -106,7 +106,7 @@ func (p *Proxy) Set(f Fault) {
 		return
 	}
 	old := Fault(p.fault.Swap(int32(f)))
-	refusing := func(f Fault) bool { return f == Refuse || f == HangRefusingNew }
+	refusing := func(f Fault) bool { return f == Refuse || f == DropRepliesRefusingNew }
 	switch {
 	case refusing(f) && !refusing(old):
 		if p.ln != nil {
@@ -117,7 +117,7 @@ func (p *Proxy) Set(f Fault) {
 			p.cutLocked()
 		}
 	case !refusing(f) && refusing(old):
-		if old == HangRefusingNew {
+		if old == DropRepliesRefusingNew {
 			p.cutLocked() // replies were dropped: the streams are out of step
 		}
 		ln, err := net.Listen("tcp", p.addr)
@@ -126,7 +126,7 @@ func (p *Proxy) Set(f Fault) {
 			return
 		}
 		p.serveLocked(ln)
-	case old == Hang || old == Partition:
+	case old == DropReplies || old == Partition:
 		// Bytes were dropped: the RESP streams of the open connections are
 		// out of step. Cut them, as a real client would after its timeout.
 		p.cutLocked()
@@ -249,7 +249,7 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool, notBe
 				switch Fault(p.fault.Load()) {
 				case Partition:
 					continue // dropped
-				case Hang, HangRefusingNew:
+				case DropReplies, DropRepliesRefusingNew:
 					if reply {
 						continue // the node answered; the answer is lost
 					}
@@ -270,7 +270,7 @@ func (p *Proxy) pipe(src, dst net.Conn, latency *atomic.Int64, reply bool, notBe
 			time.Sleep(d)
 		}
 		// A fault switched on while the chunk waited applies to it too.
-		if f := Fault(p.fault.Load()); f == Partition || ((f == Hang || f == HangRefusingNew) && reply) {
+		if f := Fault(p.fault.Load()); f == Partition || ((f == DropReplies || f == DropRepliesRefusingNew) && reply) {
 			continue
 		}
 		if _, err := dst.Write(c.data); err != nil {

@@ -42,11 +42,11 @@ func TestProxyFaults(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(begin), 50*time.Millisecond, "PING round trip with 30ms+20ms latency")
 	p.SetLatency(0, 0)
 
-	p.Set(Hang)
+	p.Set(DropReplies)
 	err := c.Set(ctx, "k", "hang", 0).Err()
 	assert.Error(t, err, "SET through a hung proxy gets no answer")
 	assert.Eventually(t, func() bool { return direct.Get(ctx, "k").Val() == "hang" }, time.Second, 5*time.Millisecond,
-		"under Hang the node still acts on the command")
+		"under DropReplies the node still acts on the command")
 
 	p.Set(Partition)
 	assert.Error(t, c.Set(ctx, "k", "partition", 0).Err(), "SET through a partition")

@@ -340,7 +340,7 @@ func TestFailedExtendCleanupIsNotAForceRelease(t *testing.T) {
 				return len(in.Holders) == 1 && in.Holders[0].Nodes == 3
 			}, 5*time.Second, 5*time.Millisecond)
 			require.NoError(t, f.Peek[0].FlushAll(ctx).Err()) // node 0 restarted empty
-			f.Proxies[1].Set(redistest.Hang)
+			f.Proxies[1].Set(redistest.DropReplies)
 			_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, redlock.ErrLockExpired, "node 1 may still hold it")
@@ -399,7 +399,7 @@ func TestLostReplyOfAWriteBackCounts(t *testing.T) {
 	settled(t, f, "p2", l.Value())
 	require.NoError(t, f.Peek[1].FlushAll(ctx).Err())
 	require.NoError(t, f.Peek[2].FlushAll(ctx).Err())
-	f.Proxies[2].Set(redistest.Hang)
+	f.Proxies[2].Set(redistest.DropReplies)
 	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
 	require.Error(t, err)
 	f.Proxies[2].Heal() // the reply is never read: the connection is cut
@@ -420,8 +420,8 @@ func TestForceReleaseHeardAfterAFailedExtend(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"p1"}, 2*time.Second)
 	require.NoError(t, err)
 	settled(t, f, "p1", l.Value())
-	f.Proxies[1].Set(redistest.Hang)
-	f.Proxies[2].Set(redistest.Hang)
+	f.Proxies[1].Set(redistest.DropReplies)
+	f.Proxies[2].Set(redistest.DropReplies)
 	_, err = l.Extend(ctx, 2*time.Second, redlock.WithRetryCount(0))
 	require.Error(t, err)
 	f.Proxies[1].Heal()

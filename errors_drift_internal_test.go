@@ -12,6 +12,7 @@ import (
 // its cap at the ttl; at the largest whole-millisecond ttl it stops there
 // rather than overflow.
 func TestDriftAllowance(t *testing.T) {
+	t.Parallel()
 	const most = math.MaxInt64 / time.Millisecond * time.Millisecond
 	for _, tc := range []struct {
 		f    float64

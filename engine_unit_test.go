@@ -22,6 +22,7 @@ import (
 
 // drift = round(f*ttl) + 2ms, with node-redlock's numbers.
 func TestDrift(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		f    float64
 		ttl  time.Duration
@@ -43,6 +44,7 @@ func TestDrift(t *testing.T) {
 }
 
 func TestValidateTTL(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	for _, ttl := range []time.Duration{time.Millisecond * 3, time.Second, 24 * time.Hour, math.MaxInt64 / time.Millisecond * time.Millisecond} {
 		assert.NoError(t, validateTTL(ttl, &cfg), "validateTTL(%v)", ttl)
@@ -55,6 +57,7 @@ func TestValidateTTL(t *testing.T) {
 }
 
 func TestValidateResources(t *testing.T) {
+	t.Parallel()
 	assert.NoError(t, validateResources([]string{"a"}))
 	assert.NoError(t, validateResources([]string{"a", "b", "{x}c"}))
 	for _, rs := range [][]string{nil, {}, {""}, {"a", ""}, {"a", "a"}, {"a", "b", "a"}} {
@@ -64,6 +67,7 @@ func TestValidateResources(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	ok := []Option{
 		WithDriftFactor(0), WithDriftFactor(0.999), WithRetryCount(-1), WithRetryCount(0),
 		WithRetryDelay(0), WithRetryJitter(0), WithAutomaticExtensionThreshold(0),
@@ -109,6 +113,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestRetryDelayRange(t *testing.T) {
+	t.Parallel()
 	cfg := defaultConfig()
 	for range 10000 {
 		d := retryDelay(&cfg)
@@ -123,6 +128,7 @@ func TestRetryDelayRange(t *testing.T) {
 }
 
 func TestRandomValue(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for range 1000 {
 		v := (&config{}).newValue()
@@ -133,6 +139,7 @@ func TestRandomValue(t *testing.T) {
 }
 
 func TestNewValidation(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	a := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = a.Close() })
@@ -180,6 +187,7 @@ func newFake(t testing.TB, fakes []*redistest.Fake, opts ...Option) *Redlock {
 // The vote counting: an attempt is decided as soon as a quorum for, or a
 // quorum out of reach, is certain.
 func TestVoteCounting(t *testing.T) {
+	t.Parallel()
 	yes := func() *redistest.Fake { return &redistest.Fake{Result: int64(1)} }
 	no := func() *redistest.Fake { return &redistest.Fake{Result: int64(0)} }
 	broken := func() *redistest.Fake { return &redistest.Fake{Err: errors.New("boom")} }
@@ -220,6 +228,7 @@ func TestVoteCounting(t *testing.T) {
 // A hung node never holds an attempt past the per-node timeout, and a
 // decided attempt does not wait for it at all.
 func TestHungFakeNode(t *testing.T) {
+	t.Parallel()
 	hang := make(chan struct{})
 	defer close(hang)
 	nodes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Hang: hang}}
@@ -259,6 +268,7 @@ func runScript(ctx context.Context, c redis.UniversalClient, s *script.Script, k
 }
 
 func TestScriptsOnMiniredis(t *testing.T) {
+	t.Parallel()
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
@@ -303,6 +313,7 @@ func (replyErr) RedisError()     {}
 // would have to be configured to give them) are classed as refusals too;
 // replies a failover or time can change are retried.
 func TestRefusalClasses(t *testing.T) {
+	t.Parallel()
 	for _, msg := range []string{"ERR unknown command 'evalsha', with args beginning with: ", "DENIED Redis is running in protected mode"} {
 		rl := newFake(t, []*redistest.Fake{{Err: replyErr(msg)}}, WithRetryCount(5), WithRetryDelay(time.Millisecond))
 		_, err := rl.Acquire(context.Background(), []string{"k"}, time.Second)
@@ -324,6 +335,7 @@ func TestRefusalClasses(t *testing.T) {
 // the refusal inside is still one (the matrix's 6.2 run retried an ACL
 // refusal and a WRONGTYPE for all 11 attempts).
 func TestScriptErrorsOfRedis62(t *testing.T) {
+	t.Parallel()
 	for msg, want := range map[string]string{
 		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: @user_script: 4: The user executing the script can't run this command or subcommand": "ERR The user executing the script can't run this command or subcommand",
 		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: WRONGTYPE Operation against a key holding the wrong kind of value":                   "WRONGTYPE Operation against a key holding the wrong kind of value",
@@ -341,6 +353,7 @@ func TestScriptErrorsOfRedis62(t *testing.T) {
 // count of resources (half its KEYS) for the write-back; anything else is
 // an unexpected result, never a vote for.
 func TestFencedJudge(t *testing.T) {
+	t.Parallel()
 	keys := []string{"a", "b"} // the resources; their counters follow them in KEYS
 	reply := func(v any) lane.Result { return lane.Result{Reply: v} }
 	rep, err := judge(OpAcquire, script.FencedAcquire, len(keys), reply([]any{int64(2), int64(7)}))
@@ -366,6 +379,7 @@ func TestFencedJudge(t *testing.T) {
 // A first round that reaches its quorum with no validity left sends no
 // write-back, and the error says so rather than "written back".
 func TestWriteBackWithNoValidityLeft(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	fakes := []*redistest.Fake{{Result: int64(1)}, {Result: int64(1)}, {Result: int64(1)}}
 	rl := newFake(t, fakes)
@@ -411,6 +425,7 @@ func BenchmarkFenceKey(b *testing.B) {
 // rerun counts a release's deletes of both runs when a lane sent it twice
 // (internal/lane's resends), and a first run that deleted every key stands.
 func TestRerun(t *testing.T) {
+	t.Parallel()
 	gone := &ResourceLockedError{Op: OpRelease, Requested: 2}
 	one := &ResourceLockedError{Op: OpRelease, Applied: 1, Requested: 2}
 	assert.NoError(t, rerun(nil, gone), "first run deleted both keys")
@@ -426,6 +441,7 @@ func TestRerun(t *testing.T) {
 
 // A node is named for people by its address, never with its password.
 func TestAddrOf(t *testing.T) {
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "10.0.0.1:6379", Password: "pw", DB: 2})
 	defer c.Close()
 	assert.Equal(t, "10.0.0.1:6379/2", driver.GoRedis(c).Info().Addr)
@@ -442,6 +458,7 @@ func TestAddrOf(t *testing.T) {
 // closed), even when its timer has fired too: select picks at random among
 // ready cases, so wait checks stop again.
 func TestExtenderWaitHonoursStop(t *testing.T) {
+	t.Parallel()
 	e := &extender{stop: make(chan struct{})}
 	close(e.stop)
 	for range 1000 {

@@ -26,6 +26,7 @@ import (
 // next Acquire of the resource, with one other node partitioned, then
 // waited 5.4 s for a lock that had been released.)
 func TestResentScriptsKeepTheBatchOrder(t *testing.T) {
+	t.Parallel()
 	for _, fenced := range []bool{true, false} {
 		name := map[bool]string{true: "fenced", false: "plain after SCRIPT FLUSH"}[fenced]
 		t.Run(name, func(t *testing.T) {
@@ -69,6 +70,7 @@ func TestResentScriptsKeepTheBatchOrder(t *testing.T) {
 // write the released lock after its release, to stay its whole ttl. (Found by
 // a probe: 4 of 4 runs left the lock at 110 and 150 ms each way.)
 func TestSilentBatchSendsNoAcquireAgain(t *testing.T) {
+	t.Parallel()
 	for _, lat := range []time.Duration{110 * time.Millisecond, 150 * time.Millisecond} {
 		t.Run(lat.String(), func(t *testing.T) {
 			f := newProxied(t, 3, redlock.WithNodeTimeout(100*time.Millisecond))
@@ -105,6 +107,7 @@ func TestSilentBatchSendsNoAcquireAgain(t *testing.T) {
 // Release said "no longer held" on 3 of 3 runs; before the re-send kept the
 // order it succeeded.)
 func TestLostAnswerOfAResendKeepsTheRelease(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(3), redlock.WithRetryDelay(50*time.Millisecond))
 	ctx := context.Background()
 	var armed atomic.Bool

@@ -97,6 +97,7 @@ var noTimeouts = &redis.ClusterOptions{ReadTimeout: -1, WriteTimeout: -1, MaxRed
 // good about once in 40,000 calls, and reliably with 4 callers cancelling
 // after 5ms once the hung node was at its cap.)
 func TestCancelledCallersNeverHang(t *testing.T) {
+	t.Parallel()
 	c := hungMinority(t)
 	const callers = 4
 	deadline := time.Now().Add(3 * time.Second)
@@ -138,6 +139,8 @@ func TestCancelledCallersNeverHang(t *testing.T) {
 // ending while the next one starts). (There used to be 700-1,160 with one
 // caller and 3,100-3,700 with 8; 409-441 here.)
 func TestHungNodeParksFewGoroutines(t *testing.T) {
+	// Not in parallel: it counts the process's goroutines, or the
+	// starvation of one Redlock's callers, which other tests would add to.
 	for _, callers := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d callers", callers), func(t *testing.T) {
 			c := hungMinority(t)
@@ -208,6 +211,8 @@ func TestHungNodeParksFewGoroutines(t *testing.T) {
 // used to fail 30 of 30 with "node skipped: 17 earlier calls are still
 // unanswered".)
 func TestEarlyCancelDoesNotStarveHealthyNodes(t *testing.T) {
+	// Not in parallel: it counts the process's goroutines, or the
+	// starvation of one Redlock's callers, which other tests would add to.
 	p := newProxied(t, 3)
 	for _, px := range p.Proxies {
 		px.SetLatency(15*time.Millisecond, 15*time.Millisecond)
@@ -253,6 +258,7 @@ func TestEarlyCancelDoesNotStarveHealthyNodes(t *testing.T) {
 // on the hung shard fail within the node timeout. (They used to fail for
 // 10s straight, all shards alike.)
 func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	rl, cc := clusterRedlock(t, nodes, noTimeouts, redlock.WithRetryCount(0))
 	ctx := context.Background()
@@ -323,6 +329,7 @@ func TestHungShardHoldsUpOnlyItsSlots(t *testing.T) {
 // 16 late calls, even for an attempt whose call there had answered: the
 // writes stayed for the whole ttl.)
 func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3)
 	p.Proxies[0].SetLatency(0, 60*time.Millisecond)
 	p.Proxies[1].Set(redistest.Partition)
@@ -347,6 +354,7 @@ func TestFailedAttemptsReleasedOnBusyNode(t *testing.T) {
 // A failed attempt's write on a node that answered after the node timeout
 // (so that its breaker opened meanwhile) is released once the answer comes.
 func TestLateWriteOfFailedAttemptIsReleased(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3)
 	p.Proxies[0].SetLatency(0, 150*time.Millisecond) // answers after the 100ms node timeout
 	p.Proxies[1].Set(redistest.Partition)
@@ -365,6 +373,7 @@ func TestLateWriteOfFailedAttemptIsReleased(t *testing.T) {
 // Item 6: a Ring is refused: it routes a script by its first key, so a lock
 // on [x y] and one on [y x] would run on different shards and both succeed.
 func TestRingRefused(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 2)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": nodes[0].Addr(), "b": nodes[1].Addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
@@ -379,6 +388,7 @@ func TestRingRefused(t *testing.T) {
 // (The retry used to count nodes 0 and 1 as "not held" and report
 // ErrLockExpired for a lock that was valid.)
 func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
+	t.Parallel()
 	for i := range 3 {
 		p := newProxied(t, 3)
 		ctx := context.Background()
@@ -387,7 +397,7 @@ func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
 		for n := range 3 { // the premise: every node holds it (a quorum answered)
 			require.Eventually(t, func() bool { return p.Get(t, n, "{redlock}rel") == lock.Value() }, time.Second, time.Millisecond)
 		}
-		p.Proxies[2].Set(redistest.Hang)
+		p.Proxies[2].Set(redistest.DropReplies)
 		p.Nodes[1].Pause()
 		resumed := time.AfterFunc(150*time.Millisecond, p.Nodes[1].Resume)
 		_, err = lock.Release(ctx)
@@ -405,12 +415,13 @@ func TestReleaseCountsItsOwnEarlierDeletes(t *testing.T) {
 // holder may then acquire. (A Lock used to stay Valid while a second holder
 // acquired.)
 func TestFailedReleaseIsNotValid(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3)
 	ctx := context.Background()
 	first, err := p.rl.Acquire(ctx, []string{"{redlock}v"}, time.Minute)
 	require.NoError(t, err)
-	p.Proxies[1].Set(redistest.Hang) // requests applied, replies lost
-	p.Proxies[2].Set(redistest.Hang)
+	p.Proxies[1].Set(redistest.DropReplies) // requests applied, replies lost
+	p.Proxies[2].Set(redistest.DropReplies)
 	_, err = first.Release(ctx, redlock.WithRetryCount(0))
 	require.Error(t, err, "Release with 2 of 3 replies lost")
 	assert.False(t, first.Valid(), "a Lock whose release may have taken effect reports Valid")
@@ -433,6 +444,7 @@ func TestFailedReleaseIsNotValid(t *testing.T) {
 // context.DeadlineExceeded, even with a client that honours the deadline
 // itself (ContextTimeoutEnabled) and may notice it before redlock does.
 func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 3)
 	var mu sync.Mutex
 	var handled []error
@@ -469,6 +481,7 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 // while the slowest node's delete is still on its way; once Close has
 // returned, that node holds nothing, without waiting any further.
 func TestCloseWaitsForInFlightCalls(t *testing.T) {
+	t.Parallel()
 	// A round trip to node 2 takes at least 500ms, within its node timeout:
 	// a Release that returns sooner returned at the quorum of the others.
 	const slow = 250 * time.Millisecond
@@ -499,6 +512,8 @@ func TestCloseWaitsForInFlightCalls(t *testing.T) {
 // that subscribed before the shard was seen to be silent park connecting to
 // it. (Each started one, and all 60 stayed parked after Close.)
 func TestHungShardStartsNoSubscriptions(t *testing.T) {
+	// Not in parallel: it counts the process's goroutines, or the
+	// starvation of one Redlock's callers, which other tests would add to.
 	nodes := redistest.StartCluster(t, 3)
 	rl, cc := clusterRedlock(t, nodes, noTimeouts, redlock.WithRetryCount(1), redlock.WithRetryDelay(10*time.Millisecond), redlock.WithRetryJitter(0))
 	ctx := context.Background()
@@ -530,11 +545,11 @@ func TestHungShardStartsNoSubscriptions(t *testing.T) {
 	// Subscriptions whose waiter just left end at once; those parked in
 	// the client connecting to the hung shard would stay.
 	deadline := time.Now().Add(time.Second)
-	for goroutinesCreatedBy("github.com/go-redlock/redlock.(*waker).listen") > 4 && time.Now().Before(deadline) {
+	for goroutinesCreatedBy("github.com/go-redlock/redlock/internal/wake.(*Waker).listen") > 4 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	all, _ := engineGoroutines()
-	subs := goroutinesCreatedBy("github.com/go-redlock/redlock.(*waker).listen")
+	subs := goroutinesCreatedBy("github.com/go-redlock/redlock/internal/wake.(*Waker).listen")
 	t.Logf("60 Acquires waiting on distinct resources of the hung shard returned: %d goroutines of redlock's left, %d of them subscriptions", all, subs)
 	assert.LessOrEqual(t, all-subs, 4, "call goroutines parked on the hung shard")
 	// A waiter subscribes after its first failed attempt, when the shard's
@@ -552,6 +567,7 @@ func TestHungShardStartsNoSubscriptions(t *testing.T) {
 // timeout above a second, Close gave up on it and node 2 kept the lock for
 // its ttl.)
 func TestCloseSendsHeldReleases(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3, redlock.WithNodeTimeout(1500*time.Millisecond), redlock.WithRetryCount(0))
 	ctx := context.Background()
 	lock := acquireReaching(t, p, 2, "{redlock}held", func() (*redlock.Lock, error) {

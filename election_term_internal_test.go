@@ -15,6 +15,7 @@ import (
 // The cancel point's margin: a quarter of the threshold, 100ms at most, so
 // that an extension keeps three quarters of the threshold to get through.
 func TestCancelPointMargin(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		threshold, want time.Duration
 	}{
@@ -35,6 +36,7 @@ func TestCancelPointMargin(t *testing.T) {
 // The error of a lock not extended by its cancel point says so, with the
 // last failure (its "extend [...]" said once), and wraps it.
 func TestUnextendedErrorText(t *testing.T) {
+	t.Parallel()
 	last := &ExecutionError{Op: OpExtend, Resources: []string{"a"}, reason: "no quorum: 1 of 3 nodes voted for, 2 needed"}
 	for _, c := range []struct {
 		err  *unextendedError

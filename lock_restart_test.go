@@ -44,6 +44,7 @@ func rollNodes(t *testing.T, f *fixture, up time.Duration) {
 // and an election's term, through a rolling restart of all three nodes, and
 // checks that none was lost and that each is back on every node.
 func TestRollingRestartKeepsEveryKind(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3, fast...)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -141,6 +142,7 @@ func TestRollingRestartKeepsEveryKind(t *testing.T) {
 // one node of three: not extended), and removes it again; a try-lock of a new one
 // needs node 1's vote at its first call, and gets it.
 func TestRestartedNodeVotesAtItsFirstCall(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"first-vote"}, 5*time.Second)
@@ -162,6 +164,7 @@ func TestRestartedNodeVotesAtItsFirstCall(t *testing.T) {
 // held by another value writes nothing on that node, and a quorum of such
 // nodes ends the lock.
 func TestExtendNeverOverwritesAnotherHolder(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"a", "b"}, 5*time.Second)
@@ -199,6 +202,7 @@ func TestExtendNeverOverwritesAnotherHolder(t *testing.T) {
 // on every node for its whole ttl (found by a probe once extensions restored
 // missing keys: the lock held again on 3 of 3 nodes, pttl 9.9 s).
 func TestExtendStopsOnceAReleaseStarted(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3)
 	ctx := context.Background()
 	const key = "release-stops-extend"
@@ -232,6 +236,7 @@ func TestExtendStopsOnceAReleaseStarted(t *testing.T) {
 // started). Found by a probe: 0 to 2 of 200 left the lock on 2-3 nodes, for
 // its whole ttl, before the fix.
 func TestExtendRacingReleaseLeavesNothing(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []struct {
 		name string
 		opts []redlock.Option

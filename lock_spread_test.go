@@ -22,6 +22,7 @@ import (
 // after their Acquire, many at once so that the nodes' lanes are busy, and
 // checks that every node still holds every key 1.2 s later.
 func TestExtendReachesEveryNode(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	const locks, parallel = 300, 30
@@ -67,6 +68,7 @@ func TestExtendReachesEveryNode(t *testing.T) {
 // (its proxy delays each way), so every extension's quorum is decided before
 // its call reaches that node's lane; the call is sent all the same.
 func TestExtendReachesASlowNode(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3)
 	f.Proxies[2].SetLatency(10*time.Millisecond, 10*time.Millisecond)
 	ctx := context.Background()

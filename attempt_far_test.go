@@ -38,6 +38,7 @@ func farNodes(t *testing.T, oneWay time.Duration, opts ...redlock.Option) *fixtu
 // on nodes 30 ms away (round trip) with the default options, and on nodes
 // 80 ms away with a node timeout that covers one round trip.
 func TestFirstTryLockOnFarNodes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		oneWay time.Duration
 		opts   []redlock.Option
@@ -61,6 +62,7 @@ func TestFirstTryLockOnFarNodes(t *testing.T) {
 // node timeout fail with an error that gives the round trip and the option
 // to raise.
 func TestRoundTripAboveNodeTimeoutIsNamed(t *testing.T) {
+	t.Parallel()
 	f := farNodes(t, 40*time.Millisecond, redlock.WithNodeTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	var err error
@@ -128,6 +130,7 @@ func BenchmarkColdFirstCall(b *testing.B) {
 // yet): a call waits for its set-up at most 5 node timeouts (then the
 // breaker opens), and the next call to it fails at once, unsent.
 func TestSetUpOfASilentNodeIsBounded(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3}, redlock.WithNodeTimeout(100*time.Millisecond))
 	for _, nd := range f.Nodes[1:] {
 		nd.Pause()
@@ -154,6 +157,7 @@ func TestSetUpOfASilentNodeIsBounded(t *testing.T) {
 // bound: 5 node timeouts for the first set-up, one once the node was found
 // slow. (A newcomer read "within 100ms (5 times WithNodeTimeout)".)
 func TestSetUpMessageNamesItsBound(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3}, redlock.WithNodeTimeout(100*time.Millisecond))
 	for _, nd := range f.Nodes[1:] {
 		nd.Pause()

@@ -20,6 +20,7 @@ import (
 // same value, both Valid), or one hands it over while the other deletes it
 // for real (the new holder is Valid with no key on any node).
 func TestHandOverConcurrentDoubleRelease(t *testing.T) {
+	t.Parallel()
 	for _, waiters := range []int{2, 1} {
 		t.Run(map[int]string{2: "two waiters", 1: "one waiter"}[waiters], func(t *testing.T) {
 			f := newNodes(t, 3) // default options

@@ -17,6 +17,7 @@ import (
 // corner cases included, and a resource's sharded channel is in the
 // resource's slot.
 func TestSlotsMatchTheCluster(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	c := nodes[0].Client()
 	ctx := context.Background()

@@ -84,7 +84,7 @@ func lossCases() []lossCase {
 			// to its end, past the cancel point.
 			name: "hung, the extension on its way", opts: []redlock.Option{redlock.WithNodeTimeout(lostThreshold)},
 			call:  []redlock.Option{redlock.WithRetryCount(0)},
-			fault: majority(redistest.Hang),
+			fault: majority(redistest.DropReplies),
 		},
 		{
 			// Another holder's value on every node (it expires after a
@@ -119,6 +119,7 @@ func checkEnded(t *testing.T, what string, ended time.Time, v *validity, early b
 // fn's context ends before the lock's validity when the extensions fail,
 // and Using says the lock was lost.
 func TestUsingLostLockEndsFnBeforeItsValidity(t *testing.T) {
+	t.Parallel()
 	for _, c := range lossCases() {
 		t.Run(c.name, func(t *testing.T) {
 			v := &validity{}
@@ -143,6 +144,7 @@ func TestUsingLostLockEndsFnBeforeItsValidity(t *testing.T) {
 // A lost term's context ends before the term's validity, with Campaign
 // (Term.Context) and with Lead (fn's context).
 func TestLostTermEndsBeforeItsValidity(t *testing.T) {
+	t.Parallel()
 	for _, c := range lossCases() {
 		t.Run(c.name, func(t *testing.T) {
 			v := &validity{}
@@ -179,6 +181,8 @@ func TestLostTermEndsBeforeItsValidity(t *testing.T) {
 // threshold, done 80ms before the validity's end, 42.5ms before the cancel
 // point).
 func TestSlowExtensionsKeepTheLock(t *testing.T) {
+	// Not in parallel: round trips of 70ms against a cancel point 37.5ms
+	// before the validity's end leave no room for other tests' load.
 	f := newProxied(t, 3, redlock.WithNodeTimeout(lostThreshold), redlock.WithAutomaticExtensionThreshold(lostThreshold))
 	for _, p := range f.Proxies {
 		p.SetLatency(35*time.Millisecond, 35*time.Millisecond)

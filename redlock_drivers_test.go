@@ -28,6 +28,7 @@ func (n listNode) Info() driver.Info { return driver.Info{Addr: n.addrs[0], Serv
 // (no panic): a nil node, a typed nil client, one node twice, one server
 // or one Cluster twice. It takes 2 nodes, as New does.
 func TestNewFromNodesRefuses(t *testing.T) {
+	t.Parallel()
 	c := func(addr string) *redis.Client {
 		cl := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = cl.Close() })

@@ -41,6 +41,7 @@ func acquireToken(t *testing.T, rl *redlock.Redlock, resources ...string) uint64
 // clients of their own (as separate processes would have), whether the
 // grants are made one after another or by contending callers.
 func TestTokensCountUpAcrossRedlocks(t *testing.T) {
+	t.Parallel()
 	base := newNodes(t, 3)
 	rls := []*redlock.Redlock{base.rl}
 	for range 3 {
@@ -118,6 +119,7 @@ func TestTokensCountUpAcrossRedlocks(t *testing.T) {
 // A multi-resource token is 1 + the highest counter of its resources, and is
 // written back to each: [a] 1, [a] 2, [b] 1, [a b] 3, then [b] 4.
 func TestMultiResourceTokens(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	for _, step := range []struct {
 		res  []string
@@ -136,6 +138,7 @@ func TestMultiResourceTokens(t *testing.T) {
 // Extend keeps the token, through every handle, and so does Using's
 // automatic extension; an unfenced lock has token 0 and no token in fn's ctx.
 func TestExtendKeepsTheToken(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	acquireToken(t, f.rl, "x")
@@ -183,6 +186,7 @@ func TestExtendKeepsTheToken(t *testing.T) {
 // Unfenced locks and failed fenced attempts leave the counters alone: the
 // next fenced lock gets the next number.
 func TestUnfencedLocksAndFailuresLeaveCounters(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	assert.Equal(t, uint64(1), acquireToken(t, f.rl, "u"))
@@ -213,6 +217,7 @@ func TestUnfencedLocksAndFailuresLeaveCounters(t *testing.T) {
 // second while two others are. The later token is still larger: it is read
 // from the one node the two quorums share.
 func TestTokensGrowAcrossQuorumsSharingOneNode(t *testing.T) {
+	t.Parallel()
 	// A node timeout longer than the grants take: the stopped nodes get
 	// the first acquire (it waits in their sockets), and nothing after it;
 	// the watchdog fails what queued behind it (releases are kept, to send
@@ -279,6 +284,7 @@ return 1
 // another acquires and writes, and the first comes back and writes again.
 // The store refuses every such stale write.
 func TestPausedHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	lockNodes := newNodes(t, 3)
 	holderA := lockNodes.rl
 	holderB := newFixture(t, redistest.Setup{On: lockNodes.Nodes}).rl
@@ -325,6 +331,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 // the attempt, which is cleaned up like any failed attempt: nothing is left
 // held, and the error says what happened.
 func TestLateWriteBackFailsTheAttempt(t *testing.T) {
+	t.Parallel()
 	f := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
 	acquireToken(t, f.rl, "warm") // the nodes have the fenced scripts
 	for _, p := range f.Proxies {
@@ -351,6 +358,7 @@ func TestLateWriteBackFailsTheAttempt(t *testing.T) {
 // A counter that holds something other than a token is refused, naming the
 // key and what to do, with nothing written.
 func TestBadCounterIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	for i := range 3 {
 		f.Set(t, i, counterOf("bad"), "not a number", 0)
@@ -371,6 +379,7 @@ func TestBadCounterIsRefused(t *testing.T) {
 // An unfenced Using inside a fenced one: fn's ctx carries no token, not the
 // outer lock's (which belongs to other resources).
 func TestNestedUnfencedUsingHidesTheOuterToken(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	acquireToken(t, f.rl, "outer")
@@ -398,6 +407,7 @@ func TestNestedUnfencedUsingHidesTheOuterToken(t *testing.T) {
 // exhausted, and a fenced Acquire says so (and what to do), with nothing
 // written.
 func TestExhaustedCounter(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	for i := range 3 {
 		f.Set(t, i, counterOf("m"), "9007199254740990", 0)
@@ -418,6 +428,7 @@ func TestExhaustedCounter(t *testing.T) {
 // The counters' namespace is not a resource: a name in it is refused before
 // anything is sent.
 func TestCounterNamespaceIsNotAResource(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	for _, res := range [][]string{{"redlock:fence:{z}:z"}, {"x", redlock.FenceKey("x")}} {
 		_, err := f.rl.Acquire(context.Background(), res, time.Second, fenced)

@@ -20,6 +20,7 @@ import (
 // A semaphore of 2: two holders, the third refused as contention; Extend
 // and Release work on a permit; the last release leaves no key behind.
 func TestPermitsBasics(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	two := redlock.WithPermits(2)
@@ -52,6 +53,7 @@ func TestPermitsBasics(t *testing.T) {
 // so that the contenders reach the nodes in different orders). A witness
 // counts the holders inside their critical sections.
 func TestPermitsBoundWithSkewedNodes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 5, Proxied: true})
 	for i, p := range f.Proxies {
 		d := time.Duration(i) * 750 * time.Microsecond
@@ -111,6 +113,7 @@ func TestPermitsBoundWithSkewedNodes(t *testing.T) {
 // An expired permit frees itself; a released one is taken at once by a
 // waiter in another Redlock whose retry delay is an hour.
 func TestPermitsExpireAndWake(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -144,6 +147,7 @@ func TestPermitsExpireAndWake(t *testing.T) {
 // Shared locks coexist and exclude an exclusive one, which excludes them;
 // Extend and Release work on them; the last reader leaves nothing behind.
 func TestSharedLocks(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	shared := redlock.WithShared(true)
@@ -180,6 +184,7 @@ func TestSharedLocks(t *testing.T) {
 // semaphore's resource, is refused at once with an error that names both;
 // options that make no sense are refused before anything is sent.
 func TestKindsDoNotMix(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	held, err := f.rl.Acquire(ctx, []string{"mix"}, 5*time.Second, redlock.WithPermits(2))
@@ -211,6 +216,7 @@ func TestKindsDoNotMix(t *testing.T) {
 // A waiting writer gets the lock within the hold of the readers already in,
 // however many readers come and go: 6 readers re-acquire back to back.
 func TestWriterIsNotStarved(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -254,6 +260,7 @@ func TestWriterIsNotStarved(t *testing.T) {
 
 // On a Redis Cluster the permits and readers are in their resource's slot.
 func TestKindsOnACluster(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true})
 	ctx := context.Background()
 	for _, name := range []string{"plain", "{tag}x", "odd}name"} {
@@ -283,6 +290,7 @@ func TestKindsOnACluster(t *testing.T) {
 // holder: a node whose vote was not yet counted when the attempt was
 // decided was never told.)
 func TestNoPermitLeftOnceReleased(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 5)
 	ctx := context.Background()
 	two := redlock.WithPermits(2)
@@ -314,6 +322,7 @@ func TestNoPermitLeftOnceReleased(t *testing.T) {
 // (2 s) after its last attempt, even while a reader that was in keeps
 // extending. (Was: until every reader left, for ever under Using.)
 func TestAGoneWriterHoldsReadersOffBriefly(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	shared := redlock.WithShared(true)
@@ -339,6 +348,7 @@ func TestAGoneWriterHoldsReadersOffBriefly(t *testing.T) {
 // reader that comes after it began waiting is kept out of each. (Was: only
 // the first was marked.)
 func TestAWriterMarksEveryResource(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

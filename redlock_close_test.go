@@ -28,6 +28,7 @@ import (
 // Leader, Inspect and ForceRelease went on after Close; Campaign alone
 // said ErrClosed.)
 func TestClosedTakesNothingNew(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	var sent atomic.Int32
 	clients := make([]redis.UniversalClient, len(f.Nodes))
@@ -106,6 +107,7 @@ func TestClosedTakesNothingNew(t *testing.T) {
 // nodes went silent included. (It waited for the terms' releases up to
 // that bound, then for the calls in flight up to the bound again.)
 func TestCloseWaitsAtMostItsBound(t *testing.T) {
+	t.Parallel()
 	idle := newNodes(t, 3)
 	warm(t, idle.rl)
 	begin := time.Now()
@@ -138,6 +140,7 @@ func TestCloseWaitsAtMostItsBound(t *testing.T) {
 // returns once two answered with no leader (the third cannot change it),
 // and says so. (It said "(2 of 3 nodes answered)", as if one had failed.)
 func TestNoLeaderSaysWhatItKnows(t *testing.T) {
+	t.Parallel()
 	p := newProxied(t, 3)
 	ctx := context.Background()
 	e := p.rl.Election("nobody")
@@ -176,6 +179,7 @@ func TestNoLeaderSaysWhatItKnows(t *testing.T) {
 // quorum is both, which a restart without data cannot hand to a second
 // holder.)
 func TestTwoNodesAccepted(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 3)
 	clients := make([]redis.UniversalClient, len(nodes))
 	for i, nd := range nodes {
@@ -200,6 +204,7 @@ func TestTwoNodesAccepted(t *testing.T) {
 // drops the error, gives that closed channel. (Observe gave a closed
 // channel and said nothing.)
 func TestObserveSaysWhy(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -240,6 +245,7 @@ func TestObserveSaysWhy(t *testing.T) {
 // waiter granted the lock 2 s after Close with New's clients, and retrying
 // for ever on Open's closed clients).
 func TestCloseEndsAWaitingAcquire(t *testing.T) {
+	t.Parallel()
 	for _, open := range []bool{false, true} {
 		t.Run(map[bool]string{false: "New's clients", true: "Open's clients"}[open], func(t *testing.T) {
 			f := newNodes(t, 3)

@@ -54,6 +54,7 @@ func awaitLock(t *testing.T, got <-chan *redlock.Lock, fail <-chan error, d time
 // A waiter in another Redlock (as another process would be) gets the lock
 // as soon as it is released, not after its retry delay of 10 s.
 func TestWakeOnRelease(t *testing.T) {
+	t.Parallel()
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes}) // its own clients and Redlock
 	ctx := context.Background()
@@ -76,6 +77,7 @@ func TestWakeOnRelease(t *testing.T) {
 // With pub/sub denied (an ACL user without channels), releases still work
 // and a waiter still gets the lock, after its retry delay.
 func TestWakeWithoutPubSub(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.Start(t, 3)
 	for _, nd := range nodes {
 		require.NoError(t, nd.Client().Do(context.Background(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all").Err())
@@ -105,6 +107,7 @@ func TestWakeWithoutPubSub(t *testing.T) {
 // on, on its retry delay alone, and took the lock after Close); Close is
 // idempotent and leaves no goroutine (goleak).
 func TestCloseDuringWait(t *testing.T) {
+	t.Parallel()
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	ctx := context.Background()
@@ -134,6 +137,7 @@ func TestCloseDuringWait(t *testing.T) {
 // and a burst coalesces: 1,000 announcements sent at once for a resource
 // that stays held cause far fewer attempts than that.
 func TestWakeStormCoalesces(t *testing.T) {
+	t.Parallel()
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	var attempts atomic.Int32
@@ -194,6 +198,7 @@ func TestWakeStormCoalesces(t *testing.T) {
 // the next node not yet released, and try again at the next: that is
 // allowed, and it is why the bound is 3n and not n.)
 func TestWaitersQueueInOrder(t *testing.T) {
+	t.Parallel()
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	ctx := context.Background()
@@ -264,6 +269,7 @@ func TestWaitersQueueInOrder(t *testing.T) {
 // lock is gone as if expired, which nobody announces, and the head waits for
 // its delay).
 func TestNewcomerJoinsTheQueue(t *testing.T) {
+	t.Parallel()
 	holder := newNodes(t, 3)
 	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
 	ctx := context.Background()

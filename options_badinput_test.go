@@ -22,6 +22,7 @@ import (
 // not panic, and must send nothing to Redis (checked by a command counter on
 // every client and by DBSIZE on every node).
 func TestBadInputCampaign(t *testing.T) {
+	t.Parallel()
 	c := newNodes(t, 3)
 	var sent atomic.Int32
 	for _, cl := range c.Clients {
@@ -201,6 +202,7 @@ func manyKeys(n int) []string {
 // dropped with the bad one): a real release stays real, and the
 // observer hears of it.
 func TestReleaseWithABadOption(t *testing.T) {
+	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
 	for name, o := range map[string]redlock.ReleaseOption{
