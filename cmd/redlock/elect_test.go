@@ -110,6 +110,7 @@ type interval struct {
 // one at a time: no two recorded intervals overlap, and the terms grow in
 // the order the commands started.
 func TestElectOneLeaderAtATime(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	// Each file appears whole (written, then renamed), so that a command
@@ -174,6 +175,7 @@ func TestElectOneLeaderAtATime(t *testing.T) {
 // has exited, redlock resigns and exits with its code, and the waiting
 // candidate leads at once: well before the term's ttl.
 func TestElectHandsOverOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	const ttl = 10 * time.Second
@@ -200,6 +202,7 @@ func TestElectHandsOverOnSIGTERM(t *testing.T) {
 // redlock's back): the command gets SIGTERM, SIGKILL when it ignores it,
 // and redlock exits 79.
 func TestElectLostLeadershipStopsTheCommand(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	cmd := c.command("elect", "--ttl", "2s", "--kill-grace", "500ms", "--id", "a", "lost", "--", "sh", "-c",
@@ -228,6 +231,7 @@ func TestElectLostLeadershipStopsTheCommand(t *testing.T) {
 // for the SIGKILL after the grace to land before the term's validity ends,
 // and redlock exits 79 and says why.
 func TestElectLostToSilentNodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	const ttl, grace = 2 * time.Second, 300 * time.Millisecond
@@ -254,6 +258,7 @@ func TestElectLostToSilentNodes(t *testing.T) {
 // --forever campaigns again when the command exits, and when the term is
 // lost; the terms grow; SIGTERM stops it with 0.
 func TestElectForeverCampaignsAgain(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	t.Run("the command exits", func(t *testing.T) {
 		dir := t.TempDir()
@@ -311,6 +316,7 @@ func readTerms(t *testing.T, path string) []int {
 // conflict code when the wait ends without leading, 128+n for a signal
 // while campaigning (0 with --forever, which SIGHUP does not stop).
 func TestElectExitCodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	r := c.run(t, "elect", "--id", "me", "codes", "--", "sh", "-c", `echo "$REDLOCK_ELECTION|$REDLOCK_ID|$REDLOCK_TERM"; exit 7`)
@@ -356,6 +362,7 @@ func TestElectExitCodes(t *testing.T) {
 // SIGHUP does not stop --forever: the candidate that got one goes on
 // campaigning, and leads once the leader resigns.
 func TestElectForeverOutlivesSIGHUP(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	holder := started(t, c.command("elect", "--id", "holder", "hup", "--", "sh", "-c", `echo x > `+dir+`/held; exec sleep 60`))
@@ -373,6 +380,7 @@ func TestElectForeverOutlivesSIGHUP(t *testing.T) {
 // redlock elect killed with SIGKILL takes its command's group along, as
 // run does.
 func TestKilledElectTakesTheCommandAlong(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	cmd := started(t, c.command("elect", "--ttl", "2s", "kill", "--", "sh", "-c", `echo $$ > `+dir+`/group; sleep 30 & while :; do sleep 0.2; done`))
@@ -428,6 +436,7 @@ func next(t *testing.T, ch <-chan line) line {
 // text or JSON; --watch prints a line for each new term; when the nodes
 // cannot tell, it exits 69.
 func TestLeader(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	r := c.run(t, "leader", "who")

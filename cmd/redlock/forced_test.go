@@ -133,6 +133,7 @@ func untilTERM(dir, env string) []string {
 // redlock run --ttl 30s: a force release stops the command (SIGTERM) and
 // run exits 79 within 2 s, saying that the lock was lost and why.
 func TestForceReleaseStopsRun(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, rel := range releasers {
 		t.Run(rel.name, func(t *testing.T) {
@@ -155,6 +156,7 @@ func TestForceReleaseStopsRun(t *testing.T) {
 // redlock hold --ttl 30s: a force release ends the hold within 2 s, exit
 // 79, saying that the lock was lost and why.
 func TestForceReleaseEndsHold(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, rel := range releasers {
 		t.Run(rel.name, func(t *testing.T) {
@@ -173,6 +175,7 @@ func TestForceReleaseEndsHold(t *testing.T) {
 // (SIGTERM) and elect exits 79 within 2 s, saying that the leadership was
 // lost and why.
 func TestForceReleaseStopsElect(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, rel := range releasers {
 		t.Run(rel.name, func(t *testing.T) {

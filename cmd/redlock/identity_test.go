@@ -16,6 +16,7 @@ import (
 // the lock's identity; a command whose name is long or unprintable still
 // runs, its name cut.
 func TestRunRecordsItsJob(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	odd := filepath.Join(dir, strings.Repeat("long-job-name-", 8)+"\x01")

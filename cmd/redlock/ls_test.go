@@ -27,6 +27,7 @@ func (c *cluster) lsJSON(t *testing.T, args ...string) (result, []entryJSON) {
 // ls lists every kind, with identities, tokens and states; a node-redlock
 // lock with no identity; a pattern; and exits 1 when nothing matches.
 func TestLsEveryKind(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	plain, _, _ := c.hold(t, "plain")
 	fenced, _, token := c.hold(t, "--fencing", "fenced")
@@ -104,6 +105,7 @@ func TestLsEveryKind(t *testing.T) {
 // of three still lists every lock held on a quorum (exit 0); two of three
 // make the list incomplete and the lock unknown (69).
 func TestLsSilentNode(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cmd, _, _ := c.hold(t, "held")
 	c.held(t, "held")
@@ -140,6 +142,7 @@ func TestLsSilentNode(t *testing.T) {
 
 // Bad invocations are usage errors (2) that say what to change.
 func TestLsBadInvocations(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, tc := range []struct {
 		args []string

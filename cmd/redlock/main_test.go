@@ -140,6 +140,7 @@ func (c *cluster) held(t *testing.T, key string) string {
 // The command's exit code passes through, 128+n for a signal n, and the lock
 // is gone from every node afterwards.
 func TestExitCodePassesThrough(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, tc := range []struct {
 		script string
@@ -172,6 +173,7 @@ func TestExitCodePassesThrough(t *testing.T) {
 // That a run gets the lock at all is measured with waiting runs: six
 // with --wait all run, one after the other, never two at once.
 func TestConcurrentRunsRunOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	var wg sync.WaitGroup
@@ -221,6 +223,7 @@ func TestConcurrentRunsRunOnce(t *testing.T) {
 
 // --wait waits for the holder's release, and the command then runs.
 func TestWaitWaitsForTheRelease(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	holder := c.command("run", "report", "--", "sh", "-c", "sleep 1; date +%s%N > "+filepath.Join(dir, "first-done"))
@@ -256,6 +259,7 @@ func readNanos(t *testing.T, path string) int64 {
 // gets SIGTERM, then SIGKILL when it ignores it, and redlock exits with the
 // lost-lock code without touching the new holder's keys.
 func TestLostLockStopsTheCommand(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -309,6 +313,7 @@ func TestLostLockStopsTheCommand(t *testing.T) {
 // SIGTERM (and SIGINT, SIGHUP, SIGQUIT) sent to redlock reach the command;
 // redlock waits for it, exits with its code, and releases the lock.
 func TestSignalsReachTheCommand(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT} {
@@ -333,6 +338,7 @@ func TestSignalsReachTheCommand(t *testing.T) {
 
 // --fencing tokens count up across runs.
 func TestFencingTokensCountUpAcrossRuns(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for want := 1; want <= 4; want++ {
 		r := c.run(t, "run", "--fencing", "ledger", "--", "sh", "-c", `echo $REDLOCK_TOKEN`)
@@ -346,6 +352,7 @@ func TestFencingTokensCountUpAcrossRuns(t *testing.T) {
 // Bad invocations fail fast, with a message on stderr and the documented
 // code.
 func TestBadInvocations(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, tc := range []struct {
 		name    string
@@ -460,6 +467,7 @@ func TestBadInvocations(t *testing.T) {
 // A user who sets only --ttl is never refused for a --node-timeout they did
 // not give: below 2s the node timeout is ttl/4.
 func TestShortTTLNeedsNoNodeTimeout(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	r := c.run(t, "run", "--ttl", "1s", "short", "--", "sh", "-c", "echo ran")
 	assert.Zero(t, r.code, "stderr: %s", r.stderr)
@@ -470,6 +478,7 @@ func TestShortTTLNeedsNoNodeTimeout(t *testing.T) {
 // A command that exits and leaves a child running in its group: the child
 // is stopped before the lock is released, so nothing runs unlocked.
 func TestLeftoverProcessesAreStoppedBeforeTheRelease(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	r := c.run(t, "run", "--ttl", "4s", "--kill-grace", "300ms", "bg", "--", "sh", "-c",
@@ -486,6 +495,7 @@ func TestLeftoverProcessesAreStoppedBeforeTheRelease(t *testing.T) {
 
 // At a terminal, the command is in the foreground: it reads what is typed.
 func TestCommandReadsTheTerminal(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	master, slave := openPTY(t)
 	cmd := c.command("run", "tty", "--", "sh", "-c", `read x; echo "got $x"`)
@@ -554,6 +564,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 // No message, log line or JSON field shows a password from a node URL: a
 // bad URL, a trailing comma, a node that refuses, a wrong password.
 func TestPasswordsAreNeverPrinted(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	const pw = "TopSecretPw"
 	live := strings.Split(c.addrs, ",")
@@ -589,6 +600,7 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 // with it, before the lock's ttl ends, and a second run is not beside it.
 // (The command used to run on with no lock, and a second run started.)
 func TestKilledRedlockTakesTheCommandAlong(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	const ttl = 2 * time.Second
@@ -620,6 +632,7 @@ func TestKilledRedlockTakesTheCommandAlong(t *testing.T) {
 // command does not run. Several databases of one server are refused at
 // once. (Issue 23: it ran the command on one live server.)
 func TestOneServerTwiceInTheNodeList(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	addrs := strings.Split(c.addrs, ",")
 	port := strings.TrimPrefix(addrs[0], "127.0.0.1:")
@@ -640,6 +653,7 @@ func TestOneServerTwiceInTheNodeList(t *testing.T) {
 // nothing: no release is held for it, and Close has nothing to wait for.
 // (It added a second to every run: Close waited for the dead node.)
 func TestDeadNodeCostsNothing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	c.Nodes[2].Kill()
 	for range 3 {
@@ -658,6 +672,7 @@ func TestDeadNodeCostsNothing(t *testing.T) {
 // seconds; flags after the resources of status; errors said once, with a
 // hint in command-line terms.
 func TestCommandLineConventions(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		r := c.run(t, args...)
@@ -691,6 +706,7 @@ func TestCommandLineConventions(t *testing.T) {
 // gets SIGTERM before the validity ends, and the message names the cause,
 // not only the last attempt's deadline.
 func TestLostLockToSilentNodesSaysSo(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cmd := c.command("run", "--ttl", "2s", "--kill-grace", "300ms", "silent", "--", "sleep", "30")
 	var errb bytes.Buffer
@@ -712,6 +728,7 @@ func TestLostLockToSilentNodesSaysSo(t *testing.T) {
 // --permits N runs at most N commands of a resource at once; --shared runs
 // go side by side and keep an exclusive run out; kinds do not mix.
 func TestPermitsAndShared(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	// Six runs at once with --wait 0: at most two get a permit, not exactly

@@ -94,6 +94,7 @@ func terminate(t *testing.T, cmd *exec.Cmd) int {
 // shows it held, with its identity, value and token; SIGTERM releases it
 // (exit 0, status free at once); a second hold with --wait 0 is a conflict.
 func TestHold(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cmd, value, token := c.hold(t, "--fencing", "maint")
 	assert.Equal(t, uint64(1), token, "the first fenced lock of fresh nodes")
@@ -150,6 +151,7 @@ func TestHold(t *testing.T) {
 // stdin closing ends it (released, exit 0); without it, a closed stdin
 // (a background job's /dev/null) changes nothing.
 func TestHoldUntilStdinCloses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, watch := range []bool{false, true} {
 		args := []string{"hold"}
@@ -191,6 +193,7 @@ func TestHoldUntilStdinCloses(t *testing.T) {
 // A hold whose lock is force-released finds out at its next extension,
 // and exits 79; unreachable nodes exit 69; bad flags exit 2.
 func TestHoldExitCodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cmd, value, _ := c.hold(t, "--ttl", "2s", "lost")
 	r := c.run(t, "release", "lost", "--value", value)
@@ -243,6 +246,7 @@ func TestHoldExitCodes(t *testing.T) {
 // shared lock's readers and a waiting writer, the fair queue's waiters in
 // order, an election's leader and term.
 func TestStatusKinds(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	p1, _, _ := c.hold(t, "--permits", "3", "jobs")
 	p2, _, _ := c.hold(t, "--permits", "3", "jobs")
@@ -302,6 +306,7 @@ func TestStatusKinds(t *testing.T) {
 // unknown when the nodes that did not answer (stopped, or refusing
 // connections) could make a quorum hold it; then each is named.
 func TestStatusUnknown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	cmd, _, _ := c.hold(t, "held")
 	r := c.run(t, "status", "held", "free")
@@ -351,6 +356,7 @@ func TestStatusUnknown(t *testing.T) {
 // release takes it back, and the next run gets it at once. --value takes
 // one holder only; a node down is exit 69, which says a quorum answered.
 func TestRelease(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	cmd := started(t, c.command("run", "--ttl", "2h", "nightly", "--", "sh", "-c", "echo $REDLOCK_VALUE > "+dir+"/v; sleep 60"))
@@ -401,6 +407,7 @@ func TestRelease(t *testing.T) {
 // the silent node's connection on its way out (was: 3 and 5 node timeouts,
 // Close waiting for it after the answer was printed).
 func TestSilentNodeBoundsTheExit(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	var addrs []string
 	var hung *redistest.Proxy

@@ -149,6 +149,7 @@ func FuzzRedaction(f *testing.F) {
 
 // The command does not get REDLOCK_NODES, which holds the nodes' passwords.
 func TestCommandDoesNotGetTheNodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, args := range [][]string{
 		{"run", "envjob", "--", "env"},
@@ -173,6 +174,7 @@ func lastLine(s string) string {
 // same number; --conflict-exit-code 0 (cmd/redlock/README.md's systemd unit) makes a
 // skipped run a success and leaves 75 to the command.
 func TestReportSaysWhoseExitCode(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	r := c.run(t, "run", "--report", "codes", "--", "sh", "-c", "exit 75")
 	assert.Equal(t, 75, r.code, r.stderr)
@@ -233,6 +235,7 @@ func TestReportSaysWhoseExitCode(t *testing.T) {
 // instead of clients[i]; and nodes that refused a password refused, they
 // did not "not answer".
 func TestMessagesInCommandLineTerms(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	addrs := strings.Split(c.addrs, ",")
 
@@ -322,6 +325,7 @@ func TestMessagesInCommandLineTerms(t *testing.T) {
 // against --permits) is a conflict: exit 75 and one line that names the
 // resource, what holds it and what was asked; with --wait, it waits.
 func TestAnotherKindIsAConflict(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	holder := started(t, c.command("run", "--permits", "2", "kinds", "--", "sleep", "3"))
 	require.Eventually(t, func() bool {
@@ -359,6 +363,7 @@ func TestAnotherKindIsAConflict(t *testing.T) {
 
 // version and help version.
 func TestVersionVerb(t *testing.T) {
+	t.Parallel()
 	r := (*cluster)(nil).run(t, "help", "version")
 	assert.Zero(t, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "Usage: redlock version")
@@ -398,6 +403,7 @@ func exitTable(t *testing.T, verb string) []string {
 // Each exit code in the help of run, elect and leader is produced by some
 // case, and each case's code is in the help: the tables are complete.
 func TestEveryDocumentedExitCode(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	dir := t.TempDir()
 	noexec := filepath.Join(dir, "noexec")
@@ -528,6 +534,7 @@ func TestEveryDocumentedExitCode(t *testing.T) {
 // characters, as given, decoded, quoted and cut; and leaves a lock's value
 // ("random@host/pid") and redlock's own hints alone.
 func TestRedactKnownCredentials(t *testing.T) {
+	t.Parallel()
 	learnSecrets("redis://:Env%2FPw=x@h:1", []string{"run", "--nodes=redis://u:Fl@g'Pw@h:2,k:Bare-Pw-1@h:3", "--nodes", "rediss://Lone-Pw-2@h:4", "x", "--", "curl", "https://Cmd-Pw-3@h/"})
 	for _, tc := range []struct{ in, out string }{
 		{`node "redis://:Env%2FPw=x@h:1": bad`, `node "redis://xxxxx@h:1": bad`},
