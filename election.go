@@ -199,44 +199,48 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	}
 	r := e.r
 	n, q := r.size(), r.needed()
-	answers := make(chan leaderRead, n)
-	calls := make([]leaderCall, n)
-	for i, nd := range r.nodes {
-		c := &calls[i]
-		c.node, c.out = i, answers
-		c.Call = lane.Call{Kind: lane.Write, Hash: script.Leader.Hash, Src: script.Leader.Src, Keys: []string{e.key, e.rec}, Timeout: r.cfg.nodeTimeout, H: c}
-		nd.Lane(e.key, false).Submit(&c.Call)
-	}
-	timer := time.NewTimer(r.cfg.nodeTimeout)
-	defer timer.Stop()
 	held := map[string]int{} // per leader value, the nodes that hold its record
+	var lead *Leader
 	var errs []error
 	top, pending, failed := 0, n, 0
-	for pending > 0 {
-		select {
-		case a := <-answers:
-			pending--
-			switch {
-			case a.err != nil:
-				failed++
-				errs = append(errs, &NodeError{Node: a.node, Addr: r.nodes[a.node].Addr(), Op: OpLeader, Err: fromLane(a.err)})
-			case a.ok:
-				held[a.rec.Value]++
-				if top = max(top, held[a.rec.Value]); top >= q {
-					return Leader{ID: a.rec.ID, Term: a.rec.Term}, nil
-				}
+	r.fanOut(ctx, r.cfg, e.key, OpLeader, func(*lane.Node) lane.Call {
+		return lane.Call{Kind: lane.Write, Hash: script.Leader.Hash, Src: script.Leader.Src, Keys: []string{e.key, e.rec}}
+	}, func(a nodeReply) bool {
+		pending--
+		rec, ok, err := script.ReadRecord(a.reply)
+		switch {
+		case a.err != nil || err != nil:
+			failed++
+			if a.err == nil {
+				a.err = &NodeError{Node: a.node, Addr: r.nodes[a.node].Addr(), Op: OpLeader, Err: err}
 			}
-		case <-timer.C:
-			errs = append(errs, fmt.Errorf("%d nodes did not answer within the node timeout %v", pending, r.cfg.nodeTimeout))
-			failed, pending = failed+pending, 0
-		case <-ctx.Done():
-			return Leader{}, fmt.Errorf("redlock: leader of %q: %w", e.name, ctx.Err())
+			errs = append(errs, a.err)
+		case ok:
+			held[rec.Value]++
+			if top = max(top, held[rec.Value]); top >= q {
+				lead = &Leader{ID: rec.ID, Term: rec.Term}
+				return true
+			}
 		}
 		// Certain once no candidate can reach a quorum, whatever the nodes
 		// not heard from (or failed) hold.
-		if unknown := pending + failed; top+unknown < q {
-			return Leader{}, noLeader(e.name, n, q, n-unknown, failed, pending)
-		}
+		return top+pending+failed < q
+	})
+	switch {
+	case lead != nil:
+		return *lead, nil
+	case top+pending+failed < q:
+		return Leader{}, noLeader(e.name, n, q, n-pending-failed, failed, pending)
+	case ctx.Err() != nil:
+		return Leader{}, fmt.Errorf("redlock: leader of %q: %w", e.name, ctx.Err())
+	}
+	// The node timeout passed: the nodes not heard from join the failed.
+	if pending > 0 {
+		errs = append(errs, fmt.Errorf("%d nodes did not answer within the node timeout %v", pending, r.cfg.nodeTimeout))
+		failed, pending = failed+pending, 0
+	}
+	if top+failed < q {
+		return Leader{}, noLeader(e.name, n, q, n-failed, failed, 0)
 	}
 	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes did not answer, so a leader cannot be ruled out: %w",
 		e.name, failed, n, errors.Join(errs...))
@@ -413,17 +417,7 @@ func (e *Election) check(ctx context.Context, id string, ttl time.Duration, opts
 	fenced := *cfg
 	cfg = &fenced
 	cfg.fencing = true
-	if err := validateTTL(ttl, cfg); err != nil {
-		return nil, err
-	}
-	if ttl-100*time.Millisecond < cfg.extensionThreshold {
-		return nil, invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give the term a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
-	}
-	if cfg.extensionThreshold < cfg.nodeTimeout {
-		return nil, invalid("automatic extension threshold %v is below the node timeout %v: the term could end while an "+
-			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
-	}
-	if err := checkAck(e.r.nodes, cfg); err != nil {
+	if err := e.r.door(cfg, []string{e.key}, false, ttl, &kept{"the term", "the term could end"}); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -581,38 +575,6 @@ func noLeader(name string, n, q, answered, failed, pending int) error {
 // OpLeader is the read of an election's leader ([Election.Leader]), as it
 // appears in a [NodeError].
 const OpLeader Op = "leader"
-
-// leaderRead is one node's answer to Leader.
-type leaderRead struct {
-	node int
-	rec  script.Record
-	ok   bool
-	err  error
-}
-
-// leaderCall is one node's part of a Leader read: a lane.Handler.
-type leaderCall struct {
-	lane.Call
-	node int
-	out  chan<- leaderRead // room for every node: never blocks
-	once sync.Once
-}
-
-func (c *leaderCall) Sendable() bool   { return true }
-func (c *leaderCall) Held() *lane.Call { return nil }
-
-func (c *leaderCall) Done(r lane.Result) {
-	if r.Err != nil {
-		c.send(leaderRead{node: c.node, err: r.Err})
-		return
-	}
-	rec, ok, err := script.ReadRecord(r.Reply)
-	c.send(leaderRead{node: c.node, rec: rec, ok: ok, err: err})
-}
-
-func (c *leaderCall) Silent(r lane.Result) { c.send(leaderRead{node: c.node, err: r.Err}) }
-
-func (c *leaderCall) send(a leaderRead) { c.once.Do(func() { c.out <- a }) }
 
 // observePoll is how often Observe reads the leader when no announcement
 // comes: the most a leader change can go unseen on nodes without pub/sub,

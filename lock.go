@@ -72,13 +72,7 @@ func (r *Redlock) Acquire(ctx context.Context, resources []string, ttl time.Dura
 	if err != nil {
 		return refused(err)
 	}
-	if err := validateResources(resources); err != nil {
-		return refused(err)
-	}
-	if err := validateTTL(ttl, cfg); err != nil {
-		return refused(err)
-	}
-	if err := checkAck(r.nodes, cfg); err != nil {
+	if err := r.door(cfg, resources, true, ttl, nil); err != nil {
 		return refused(err)
 	}
 	return r.acquire(ctx, cfg, resources, ttl)
@@ -267,10 +261,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	if err := validateTTL(ttl, cfg); err != nil {
-		return nil, err
-	}
-	if err := checkAck(r.nodes, cfg); err != nil {
+	if err := r.door(cfg, lock.resources, false, ttl, nil); err != nil {
 		return nil, err
 	}
 	spent := func(reason string) error {

@@ -618,6 +618,25 @@ type nodeReply struct {
 // for each no longer than cfg's node timeout or ctx; a node not heard from
 // in time gets a *NodeError.
 func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op, s *script.Script, keys []string, args []any) []nodeReply {
+	return r.fanOut(ctx, cfg, key, op, func(nd *lane.Node) lane.Call {
+		ss, a := scriptFor(nd, s, []string{key}, args)
+		if s == script.Force && nd.IsCluster() {
+			a = slices.Clone(args)
+			a[2], a[3] = "spublish", shardedChannel(key)
+		}
+		return lane.Call{Kind: lane.Write, Hash: ss.Hash, Src: ss.Src, Keys: keys, Args: a}
+	}, nil)
+}
+
+// fanOut is the one way a call other than a lock's attempt (which
+// attempt.go runs, with its votes) goes to every node: call(nd) is node
+// nd's call, sent through key's lane with cfg's node timeout; each answer
+// goes to each (nil: none) as it comes, until each reports that the call
+// is decided, every node answered, the node timeout passed or ctx ended. A
+// node not heard from by then gets a *NodeError (the timeout's or ctx's),
+// and its call, if its lane has not sent it yet, is never sent. An answer's
+// error is a *NodeError too.
+func (r *Redlock) fanOut(ctx context.Context, cfg *config, key string, op Op, call func(nd *lane.Node) lane.Call, each func(nodeReply) (decided bool)) []nodeReply {
 	n := r.size()
 	out := make([]nodeReply, n)
 	if err := ctx.Err(); err != nil {
@@ -631,12 +650,8 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 	for i, nd := range r.nodes {
 		c := &calls[i]
 		c.node, c.out = i, answers
-		ss, a := scriptFor(nd, s, []string{key}, args)
-		if s == script.Force && nd.IsCluster() {
-			a = slices.Clone(args)
-			a[2], a[3] = "spublish", shardedChannel(key)
-		}
-		c.Call = lane.Call{Kind: lane.Write, Hash: ss.Hash, Src: ss.Src, Keys: keys, Args: a, Timeout: cfg.nodeTimeout, H: c}
+		c.Call = call(nd)
+		c.Call.Timeout, c.Call.H = cfg.nodeTimeout, c
 		nd.Lane(key, false).Submit(&c.Call)
 	}
 	heard := make([]bool, n)
@@ -648,11 +663,14 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 		case a := <-answers:
 			pending--
 			heard[a.node] = true
-			out[a.node] = a
 			if a.err != nil {
-				out[a.node].err = &NodeError{Node: a.node, Addr: r.nodes[a.node].Addr(), Op: op, Err: fromLane(a.err)}
+				a.err = &NodeError{Node: a.node, Addr: r.nodes[a.node].Addr(), Op: op, Err: fromLane(a.err)}
 			}
-			continue
+			out[a.node] = a
+			if each == nil || !each(a) {
+				continue
+			}
+			late = errDecided
 		case <-timer.C:
 			late = fmt.Errorf("no answer within the node timeout %v", cfg.nodeTimeout)
 		case <-ctx.Done():
@@ -668,6 +686,10 @@ func (r *Redlock) everyNode(ctx context.Context, cfg *config, key string, op Op,
 	}
 	return out
 }
+
+// errDecided is the error of the nodes a fanOut did not wait for, once
+// its answers had decided the call.
+var errDecided = errors.New("not waited for: the call was decided without it")
 
 // opCall is one node's part of an operator's call: a lane.Handler.
 type opCall struct {

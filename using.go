@@ -37,25 +37,8 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	if fn == nil {
 		return invalid("nil fn")
 	}
-	if err := validateResources(resources); err != nil {
+	if err := r.door(cfg, resources, true, ttl, &kept{"Using", "the lock could expire"}); err != nil {
 		return err
-	}
-	if err := validateTTL(ttl, cfg); err != nil {
-		return err
-	}
-	// node-redlock's rule: the lock must outlive the threshold by 100ms, or
-	// it would need extending before fn could do anything. (Written so that
-	// no sum can overflow.)
-	if ttl-100*time.Millisecond < cfg.extensionThreshold {
-		return invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give Using a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold)
-	}
-	// An extension may wait a whole node timeout for its quorum.
-	if err := checkAck(r.nodes, cfg); err != nil {
-		return err
-	}
-	if cfg.extensionThreshold < cfg.nodeTimeout {
-		return invalid("automatic extension threshold %v is below the node timeout %v: the lock could expire while an "+
-			"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout)
 	}
 
 	lock, err := r.acquire(ctx, cfg, resources, ttl)
