@@ -349,41 +349,6 @@ func (c *config) termOverride() string {
 	return "WithPermits(1)"
 }
 
-// kept names, for door's errors, what extends a lock for as long as it
-// runs (Using, a term) and what happens when an extension is late.
-type kept struct{ who, late string }
-
-// door is the one check of a call's input that every call taking or
-// extending a lock makes (Acquire, Extend, Using, Campaign): the resources
-// the caller gave (gave false: a lock's own, an election's key, not checked
-// again), the ttl, the extension threshold when the lock is kept while
-// something runs (k; nil: not), and the replica wait its nodes' clients
-// allow. It returns an error matching ErrInvalidArgument.
-func (r *Redlock) door(cfg *config, resources []string, gave bool, ttl time.Duration, k *kept) error {
-	if gave {
-		if err := validateResources(resources); err != nil {
-			return err
-		}
-	}
-	if err := validateTTL(ttl, cfg); err != nil {
-		return err
-	}
-	if k != nil {
-		// node-redlock's rule: the lock must outlive the threshold by
-		// 100ms, or it would need extending before fn could do anything.
-		// (Written so that no sum can overflow.)
-		if ttl-100*time.Millisecond < cfg.extensionThreshold {
-			return invalid("ttl %v is less than the automatic extension threshold %v + 100ms: give %s a longer ttl, or lower WithAutomaticExtensionThreshold", ttl, cfg.extensionThreshold, k.who)
-		}
-		// An extension may wait a whole node timeout for its quorum.
-		if cfg.extensionThreshold < cfg.nodeTimeout {
-			return invalid("automatic extension threshold %v is below the node timeout %v: %s while an "+
-				"extension waits for its quorum; raise WithAutomaticExtensionThreshold or lower WithNodeTimeout", cfg.extensionThreshold, cfg.nodeTimeout, k.late)
-		}
-	}
-	return checkAck(r.nodes, cfg)
-}
-
 // validateTTL refuses a ttl that Redis cannot take or that leaves no validity.
 func validateTTL(ttl time.Duration, cfg *config) error {
 	switch {
