@@ -261,3 +261,18 @@ func spawn(wg *sync.WaitGroup, f func()) {
 		f()
 	}()
 }
+
+// lockKind is a kind of lock, by the options that ask for it.
+type lockKind struct {
+	name string
+	opts []redlock.Option
+}
+
+// lockKinds are the kinds of lock a Using or an Acquire takes.
+var lockKinds = []lockKind{
+	{"plain", nil},
+	{"fenced", []redlock.Option{redlock.WithFencing(true)}},
+	{"permits", []redlock.Option{redlock.WithPermits(2)}},
+	{"shared", []redlock.Option{redlock.WithShared(true)}},
+	{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
+}

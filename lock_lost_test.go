@@ -24,17 +24,7 @@ import (
 
 // lostKinds are the kinds whose extensions write a lost key back: each
 // must count that node against.
-var lostKinds = []struct {
-	name string
-	opts []redlock.Option
-}{
-	{"plain", nil},
-	{"fenced", []redlock.Option{redlock.WithFencing(true)}},
-	{"permits", []redlock.Option{redlock.WithPermits(2)}},
-	{"shared", []redlock.Option{redlock.WithShared(true)}},
-	{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
-	{"term", nil},
-}
+var lostKinds = append(lockKinds[:len(lockKinds):len(lockKinds)], lockKind{"term", nil})
 
 // holding runs fn's holder (a Using of key, or a term of the election
 // key) until its context ends, and returns: a channel that receives the

@@ -49,16 +49,7 @@ func TestRollingRestartKeepsEveryKind(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	kinds := []struct {
-		name string
-		opts []redlock.Option
-	}{
-		{"plain", nil},
-		{"fenced", []redlock.Option{redlock.WithFencing(true)}},
-		{"permits", []redlock.Option{redlock.WithPermits(2)}},
-		{"shared", []redlock.Option{redlock.WithShared(true)}},
-		{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
-	}
+	kinds := lockKinds
 	var wg sync.WaitGroup
 	held := make(chan string, len(kinds)+1)
 	errs := make([]error, len(kinds)+1)
