@@ -600,7 +600,7 @@ func TestForceReleaseWithAnEndedContext(t *testing.T) {
 // tombstones (was: the second Extend after two restarts succeeded).
 func TestALostLockStaysLost(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	f := newNodes(t, 3, redlock.WithNodeTimeout(time.Second)) // the force release must reach every node
 	ctx := context.Background()
 	holder, _ := ownRedlock(t, f, direct)
 	l, err := holder.Acquire(ctx, []string{"rr"}, time.Minute)
