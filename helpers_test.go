@@ -276,3 +276,10 @@ var lockKinds = []lockKind{
 	{"shared", []redlock.Option{redlock.WithShared(true)}},
 	{"fair", []redlock.Option{redlock.WithFairQueue(true)}},
 }
+
+// roomy is a node timeout for a Redlock whose calls must reach every
+// healthy node (an operator's ForceRelease, a read of every node) in a test
+// that is not about the node timeout: the default 100ms is less than a
+// loaded machine (the tests side by side, under -race) sometimes takes.
+// Below the default extension threshold, so Using and terms still take it.
+var roomy = redlock.WithNodeTimeout(400 * time.Millisecond)

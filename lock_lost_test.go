@@ -147,7 +147,7 @@ func TestExtensionCountsOnlyHolders(t *testing.T) {
 // the new ttl.
 func TestFailedExtendLeavesNothing(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 5)
+	f := newNodes(t, 5, roomy)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"k"}, time.Minute)
 	require.NoError(t, err)
@@ -182,7 +182,7 @@ func TestForceReleaseReachesItsHolder(t *testing.T) {
 	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	holder, _ := ownRedlock(t, f, direct)
 	const rounds = 50
 	var took, afterReturn []time.Duration // from ForceRelease's call, and from its return (negative: before it)
@@ -226,7 +226,7 @@ func TestForceReleaseByValueEndsOnlyThatHolder(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			f := newNodes(t, 3)
-			operator, _ := ownRedlock(t, f, direct)
+			operator, _ := ownRedlock(t, f, direct, roomy)
 			heldA, doneA := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
 			heldB, doneB := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
 			a, b := <-heldA, <-heldB
@@ -253,7 +253,7 @@ func TestForceReleasedExtendFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	l, err := f.rl.Acquire(ctx, []string{"plain-fr"}, time.Minute)
 	require.NoError(t, err)
 	settled(t, f, "plain-fr", l.Value())
@@ -285,7 +285,7 @@ func TestForceReleaseWithoutAnnouncements(t *testing.T) {
 	holder, err := redlock.New(clients)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Close() })
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	held, done := holding(holder, "plain", "deaf", 2*time.Second, redlock.WithAutomaticExtensionThreshold(time.Second))
 	v := <-held
 	settled(t, f, "deaf", v)
@@ -406,7 +406,7 @@ func TestForceReleaseHeardAfterAFailedExtend(t *testing.T) {
 	t.Parallel()
 	f := newProxied(t, 3, append(fast, redlock.WithNodeTimeout(200*time.Millisecond))...)
 	ctx := context.Background()
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	l, err := f.rl.Acquire(ctx, []string{"p1"}, 2*time.Second)
 	require.NoError(t, err)
 	settled(t, f, "p1", l.Value())

@@ -200,7 +200,7 @@ func TestForceReleaseWakesAWaiter(t *testing.T) {
 	waiter, _ := ownRedlock(t, f, direct)
 	got := acquiring(t, waiter, "job", redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
 	queued(t, waiter, "job", 1, f.Peek...)
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	start := time.Now()
 	require.NoError(t, operator.ForceRelease(ctx, "job"))
 	select {
@@ -233,7 +233,7 @@ func TestForceReleasedHolderNeverComesBack(t *testing.T) {
 		}, redlock.WithFencing(true), redlock.WithAutomaticExtensionThreshold(time.Second))
 	}()
 	oldToken := <-started
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 	in := inspect(t, f, "res")
 	require.Len(t, in.Holders, 1)
 	assert.Equal(t, oldToken, in.Holders[0].Token)
@@ -272,7 +272,7 @@ func TestForceReleaseOneHolder(t *testing.T) {
 	t.Parallel()
 	f := newNodes(t, 3)
 	ctx := context.Background()
-	operator, _ := ownRedlock(t, f, direct)
+	operator, _ := ownRedlock(t, f, direct, roomy)
 
 	a, err := f.rl.Acquire(ctx, []string{"pool"}, time.Minute, redlock.WithPermits(2))
 	require.NoError(t, err)
@@ -318,7 +318,7 @@ func TestForceReleaseOneHolder(t *testing.T) {
 // numbered above it.
 func TestForceReleaseDeposesALeader(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	f := newNodes(t, 3, roomy)
 	ctx := context.Background()
 	term, err := f.rl.Election("e").Campaign(ctx, "first", 2*time.Second)
 	require.NoError(t, err)
@@ -385,7 +385,7 @@ func miniClient(t *testing.T) []redis.UniversalClient {
 // delay, by design).
 func TestOperatorOnACluster(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithIdentity(job))
+	f := newFixture(t, redistest.Setup{Nodes: 3, Cluster: true}, redlock.WithIdentity(job), roomy)
 	ctx := context.Background()
 	sharded := redistest.Version(t).AtLeast(7, 0)
 	if !sharded {
@@ -517,7 +517,7 @@ func TestForceReleaseFairQueueHead(t *testing.T) {
 // node-redlock lock with no identity.
 func TestIdentityWithNodeRedlock(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3, redlock.WithIdentity(job))
+	f := newNodes(t, 3, redlock.WithIdentity(job), roomy)
 	ctx := context.Background()
 	nodeAcquire := func(key, value string) (won int) {
 		for _, p := range f.Peek {
@@ -560,7 +560,7 @@ func TestIdentityWithNodeRedlock(t *testing.T) {
 // long as the tombstone (was: a writer refused for the old lock's hour).
 func TestSharedLockOverATombstone(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	f := newNodes(t, 3, roomy)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"cfg"}, time.Hour)
 	require.NoError(t, err)
@@ -625,7 +625,7 @@ func TestALostLockStaysLost(t *testing.T) {
 // waiters (was: they slept their retry delay).
 func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	f := newNodes(t, 3, roomy)
 	ctx := context.Background()
 	for i := range f.Peek {
 		f.Set(t, i, "short", "x:y z", time.Hour)
@@ -645,7 +645,7 @@ func TestForceReleaseOfAShortForeignValueWakes(t *testing.T) {
 // Values that no node holds: ErrNotHeld, nothing released.
 func TestForceReleaseOfValuesNotHeld(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	f := newNodes(t, 3, roomy)
 	ctx := context.Background()
 	l, err := f.rl.Acquire(ctx, []string{"x"}, time.Minute)
 	require.NoError(t, err)

@@ -104,7 +104,10 @@ func startLost(h *harness, phase func() *phaseStats) *lostRun {
 			lr.work(ctx, w, rl)
 		}()
 	}
-	op, cs, err := h.process()
+	// The operator's calls must reach every node: a node timeout for a
+	// machine loaded by the harness under -race (100ms missed three of five
+	// in a CI run).
+	op, cs, err := h.process(redlock.WithNodeTimeout(time.Second))
 	if err != nil {
 		lr.fail(err)
 		return lr
