@@ -199,33 +199,16 @@ func (n *Nodes) Restart(i int) {
 	}
 }
 
-// Lose takes the lock on resource (or its permits, its shared holds, or an
-// election's term, whose resource is "redlock:election:" + the election's
-// name: every holder, whatever the kind) from its holders on every node,
-// whatever the faults, as an operator's force release does. The holder
-// finds out at its next extension: an Extend fails with an error matching
-// [redlock.ErrLockExpired], and the context of a [redlock.Redlock.Using]'s
-// fn (or of an election's [redlock.Term]) is cancelled with a cause
-// matching [redlock.ErrExtensionFailed]. Anyone may take the resource at
-// once (but a holder whose resource was taken and released again before its
-// next extension is not told: see [redlock.Redlock.ForceRelease]).
-//
-// It is [redlock.Redlock.ForceRelease] over clients of its own that reach
-// the nodes past the proxies, so it works on a node that is down or hung.
-// Deleting the keys would not do: an extension writes a missing key back,
-// as it does after a node restarted; ForceRelease leaves tombstones that
-// the holder's extensions fail on. Call it once the holder holds the lock
-// (its Acquire returned, or Using's fn runs): a call of the holder's still
-// on its way to a node (Acquire returns at a quorum) may land there after
-// Lose, which leaves the holder that one node, never a quorum.
-//
-// Lose returns nil once the holders are removed; an error matching
-// [redlock.ErrNotHeld] when no node held anything on resource (nothing is
-// done: a typo in the name, or a lock already released or expired); one
-// matching [redlock.ErrInvalidArgument] for a resource redlock refuses
-// (empty, or a name in redlock:fence:*); and an error after Close. The
-// nodes are in-process and answer at once; Lose waits for them 5 seconds
-// at most.
+// Lose takes the lock on resource (any kind; an election's resource is
+// "redlock:election:" + its name) from its holders on every node, whatever
+// the faults: it is [redlock.Redlock.ForceRelease] over clients that reach
+// the nodes past the proxies. The holder is told at once, or at its next
+// extension (its Extend fails with [redlock.ErrLockExpired], Using's and a
+// term's context ends). Call it once the holder holds the lock. It returns
+// nil once the holders are removed, an error matching [redlock.ErrNotHeld]
+// when no node held anything on resource, one matching
+// [redlock.ErrInvalidArgument] for a resource redlock refuses, and an
+// error after Close.
 func (n *Nodes) Lose(resource string) error {
 	if n.closed.Load() {
 		return fmt.Errorf("redlocktest: Lose(%q) after Close", resource)
