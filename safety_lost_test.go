@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -74,10 +75,15 @@ type lostRun struct {
 	// force release and key loss began.
 	forcedAt [lostKeys]atomic.Int64
 	lossAt   [lostKeys]atomic.Int64
-	cur      [lostWorkers]atomic.Pointer[lostVisit] // each worker's section
-	won      [lostWorkers]atomic.Int64              // the start of each worker's last acquire that won (Unix ns)
-	errs     []error
-	errsMu   sync.Mutex
+	// forcedEnd and lossEnd are when they ended (math.MaxInt64 while
+	// under way): their deletes land on the nodes until then, on a lock
+	// granted after they began too.
+	forcedEnd [lostKeys]atomic.Int64
+	lossEnd   [lostKeys]atomic.Int64
+	cur       [lostWorkers]atomic.Pointer[lostVisit] // each worker's section
+	won       [lostWorkers]atomic.Int64              // the start of each worker's last acquire that won (Unix ns)
+	errs      []error
+	errsMu    sync.Mutex
 }
 
 func lostKey(k int) string { return fmt.Sprintf("{lost}%d", k) }
@@ -162,8 +168,10 @@ func (lr *lostRun) work(ctx context.Context, w int, rl *redlock.Redlock) {
 			lr.cur[w].Store(me)
 			ps := lr.phase()
 			lr.inside[k].Store(me)
-			// The operator's latest events on k before this entry.
-			forced, lost := time.Unix(0, lr.forcedAt[k].Load()), time.Unix(0, lr.lossAt[k].Load())
+			// The operator's latest events on k before this entry: when each
+			// began, then when it ended (read after: see operate).
+			forced, lost := event{lr.forcedAt[k].Load(), 0}, event{lr.lossAt[k].Load(), 0}
+			forced.end, lost.end = lr.forcedEnd[k].Load(), lr.lossEnd[k].Load()
 			if prev := lr.last[k].Swap(me); prev != nil { // inside still, or gone
 				lr.wg.Add(1)
 				go lr.overlap(prev, me, forced, lost, ps)
@@ -187,26 +195,37 @@ func (lr *lostRun) work(ctx context.Context, w int, rl *redlock.Redlock) {
 	}
 }
 
+// event is one of the operator's force releases or key losses: when it
+// began and ended (Unix ns).
+type event struct{ start, end int64 }
+
+// during reports whether e may have removed a lock held from granted on,
+// and began before entered: its deletes land from its start to its end.
+func (e event) during(granted, entered time.Time) bool {
+	return e.start != 0 && e.end >= granted.UnixNano() && e.start <= entered.UnixNano()
+}
+
 // overlap judges the section that entered a resource before me: it waits
 // for its end, and counts how long it ran on after me entered (negative:
 // it ended before), after the operator's latest force release (forced) or
 // key loss (lost) before me entered, or for neither. An event counts for
-// prev from the start of the attempt that won prev's lock (was: from prev's
-// entry into fn, which comes a moment after the grant: a key lost in that
-// moment, CI's run on 8c89356, was counted as an overlap with neither).
-func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost time.Time, ps *phaseStats) {
+// prev when its deletes may have landed on prev's lock: from the start of
+// the attempt that won it (not fn's entry, a moment later: CI's run on
+// 8c89356) to the event's end (not its start: a lock granted while a force
+// release was under way lost its keys to it, CI's run on c8f0547).
+func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost event, ps *phaseStats) {
 	defer lr.wg.Done()
 	<-prev.done
 	on := prev.end.Sub(me.enter)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	switch {
-	case forced.After(prev.granted) && !forced.After(me.enter):
+	case forced.during(prev.granted, me.enter):
 		ps.forcedOverlaps = append(ps.forcedOverlaps, on)
 		if on > heardWithin {
 			ps.heardLate++
 		}
-	case lost.After(prev.granted) && !lost.After(me.enter):
+	case lost.during(prev.granted, me.enter):
 		ps.lossOverlaps = append(ps.lossOverlaps, on)
 		if on > lostHoldTTL {
 			ps.lossPastValidity++
@@ -255,8 +274,11 @@ func (lr *lostRun) operate(ctx context.Context, op *redlock.Redlock) {
 		k := rng.IntN(lostKeys)
 		switch lr.mode.Load() {
 		case lostForcing:
+			lr.forcedEnd[k].Store(math.MaxInt64) // before the start: a reader that sees this start sees it under way
 			lr.forcedAt[k].Store(time.Now().UnixNano())
-			if err := op.ForceRelease(ctx, lostKey(k)); err != nil && !errors.Is(err, context.Canceled) {
+			err := op.ForceRelease(ctx, lostKey(k))
+			lr.forcedEnd[k].Store(time.Now().UnixNano())
+			if err != nil && !errors.Is(err, context.Canceled) {
 				lr.fail(fmt.Errorf("force release of %s: %w", lostKey(k), err))
 				continue
 			}
@@ -266,11 +288,13 @@ func (lr *lostRun) operate(ctx context.Context, op *redlock.Redlock) {
 			ps.mu.Unlock()
 		case lostLosingKeys:
 			victims := lr.holdersOf(k)
+			lr.lossEnd[k].Store(math.MaxInt64)
 			lr.lossAt[k].Store(time.Now().UnixNano()) // before the deletes: a holder may enter between them
 			for _, i := range rng.Perm(safetyNodes)[:3] {
 				_ = lr.h.Peek[i].Del(ctx, lostKey(k)).Err()
 			}
 			now := time.Now().UnixNano()
+			lr.lossEnd[k].Store(now)
 			for _, v := range victims {
 				v.lostAt.Store(now)
 			}
