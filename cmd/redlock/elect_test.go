@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/script"
 )
 
 // The tests of elect and leader, on the built binary against real nodes.
@@ -448,6 +449,7 @@ func TestLeader(t *testing.T) {
 
 	a := started(t, c.command("elect", "--id", "pod-a", "who", "--", "sh", "-c", `echo $REDLOCK_TERM > `+dir+`/a; exec sleep 60`))
 	aTerm := waitFile(t, filepath.Join(dir, "a"))
+	c.held(t, script.Key(script.LeaderPrefix, electionKey("who"))) // the record the term's first extension writes
 	r = c.run(t, "leader", "who")
 	assert.Zero(t, r.code, r.stderr)
 	assert.Equal(t, "pod-a (term "+aTerm+")\n", r.stdout)
