@@ -283,3 +283,13 @@ var lockKinds = []lockKind{
 // loaded machine (the tests side by side, under -race) sometimes takes.
 // Below the default extension threshold, so Using and terms still take it.
 var roomy = redlock.WithNodeTimeout(400 * time.Millisecond)
+
+// listening waits until rl's release subscriptions are confirmed on n
+// nodes: a force release announced before a Redlock's first subscription is
+// confirmed goes unheard (RELIABILITY.md, "Taking a lock back", limits), and
+// on a loaded machine its set-up takes a while after the first lock.
+func listening(t *testing.T, rl *redlock.Redlock, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return redlock.Listening(rl) >= n }, 10*time.Second, time.Millisecond,
+		"the Redlock's release subscriptions confirmed on %d nodes", n)
+}

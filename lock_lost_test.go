@@ -191,6 +191,7 @@ func TestForceReleaseReachesItsHolder(t *testing.T) {
 		held, done := holding(holder, "plain", key, 10*time.Second)
 		v := <-held
 		settled(t, f, key, v)
+		listening(t, holder, len(f.Peek))
 		began := time.Now()
 		require.NoError(t, operator.ForceRelease(ctx, key))
 		returned := time.Now()
@@ -230,6 +231,7 @@ func TestForceReleaseByValueEndsOnlyThatHolder(t *testing.T) {
 			heldA, doneA := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
 			heldB, doneB := holding(f.rl, "plain", "two", 10*time.Second, k.opt)
 			a, b := <-heldA, <-heldB
+			listening(t, f.rl, len(f.Peek))
 			require.NoError(t, operator.ForceRelease(context.Background(), "two", a))
 			e := waitEnded(t, doneA, 2*time.Second, "A force-released")
 			assert.ErrorIs(t, e.err, redlock.ErrLockExpired)
@@ -257,6 +259,7 @@ func TestForceReleasedExtendFailsAtOnce(t *testing.T) {
 	l, err := f.rl.Acquire(ctx, []string{"plain-fr"}, time.Minute)
 	require.NoError(t, err)
 	settled(t, f, "plain-fr", l.Value())
+	listening(t, f.rl, len(f.Peek))
 	require.NoError(t, operator.ForceRelease(ctx, "plain-fr"))
 	require.Eventually(t, func() bool { return !l.Valid() }, 2*time.Second, time.Millisecond, "the force release was heard")
 	_, err = l.Extend(ctx, time.Minute)
@@ -427,6 +430,7 @@ func TestForceReleaseHeardAfterAFailedExtend(t *testing.T) {
 		require.NoError(t, err)
 		_, _ = o.Release(ctx)
 	}
+	listening(t, f.rl, len(f.Peek))
 	require.NoError(t, operator.ForceRelease(ctx, "p1"))
 	assert.Eventually(t, func() bool { return !cur.Valid() }, time.Second, time.Millisecond, "the force release heard")
 }

@@ -108,7 +108,10 @@ func TestOpenIsQuietAboutADownNode(t *testing.T) {
 	require.Len(t, changes, 4, "one report per change: %q", changes)
 	for i, c := range changes {
 		if i%2 == 0 {
-			assert.Contains(t, c, "connection refused")
+			// A dial to a port whose process is being killed is refused, or
+			// reset while the kernel tears the socket down (seen beside a
+			// CPU load).
+			assert.Regexp(t, "connection refused|connection reset", c)
 		} else {
 			assert.Equal(t, "up", c)
 		}
