@@ -161,6 +161,7 @@ func TestDialRefuses(t *testing.T) {
 // answers the client's handshake) cuts the handshake: it returns at once,
 // not at the client's own timeout (was: 4.7 s).
 func TestDialCloseWithAHungServer(t *testing.T) {
+	t.Parallel() // TestDialClose, which counts goroutines, runs alone before the parallel tests
 	srv := redistest.Start(t, 1)[0]
 	srv.Pause()
 	defer srv.Resume()

@@ -13,6 +13,7 @@ import (
 // the refused connection fails with the dial's error; a caller that gave
 // up says nothing of the node.
 func TestQuiet(t *testing.T) {
+	t.Parallel()
 	refusal := errors.New("connect: connection refused")
 	var dials atomic.Int32
 	var refusing atomic.Bool
