@@ -219,6 +219,9 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 // grant runs p, an acquire's plan of kind k, and makes the Lock it wins.
 func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Lock, error) {
 	p.acked = cfg.ack != nil
+	if cfg.wake {
+		r.wake.Start() // dialled beside the attempt: confirmed by the grant (see hold)
+	}
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
@@ -247,7 +250,11 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 	l.life.until.Store(l.expiration.UnixNano())
 	l.life.last.Store(l.expiration.UnixNano())
 	l.life.lastTTL.Store(int64(p.ttl))
-	r.hold(l)
+	var granted []int
+	if o.win != nil {
+		granted = o.win.VotesFor
+	}
+	r.hold(ctx, l, granted)
 	return l, nil
 }
 
@@ -640,10 +647,12 @@ func (lf *lockLife) lostNodes(n int) []atomic.Bool {
 }
 
 // hold makes l listen for release announcements of its own value (its
-// fair waiter's id too): one from any node ends the lock (forced). With
-// WithWakeOnRelease(false) it opens no subscription: it hears them while
-// another call's subscriptions run.
-func (r *Redlock) hold(l *Lock) {
+// fair waiter's id too): one from any node ends the lock (forced). It
+// returns once the subscriptions on the nodes that granted it are
+// confirmed (or failed), within the node timeout and ctx: a force release
+// made when Acquire returned is heard. With WithWakeOnRelease(false) it
+// opens no subscription: it hears them while another call's run.
+func (r *Redlock) hold(ctx context.Context, l *Lock, granted []int) {
 	tags := []string{l.value[:min(valueLen, len(l.value))]}
 	if wk, ok := l.kind.(waitingKind); ok {
 		if id := wk.waiterID(); id != "" {
@@ -664,6 +673,24 @@ func (r *Redlock) hold(l *Lock) {
 	lf.mu.Unlock()
 	if done {
 		r.wake.Unhold(h)
+		return
+	}
+	if !cfg.wake {
+		return
+	}
+	var timer *time.Timer
+	for ch := r.wake.Confirming(granted); ch != nil; ch = r.wake.Confirming(granted) {
+		if timer == nil {
+			timer = time.NewTimer(cfg.nodeTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

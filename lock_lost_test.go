@@ -215,6 +215,38 @@ func TestForceReleaseReachesItsHolder(t *testing.T) {
 		percentile(afterReturn, 0.5), percentile(afterReturn, 0.99), afterReturn[len(afterReturn)-1])
 }
 
+
+// TestFirstLockHearsItsForceRelease: a Redlock's first lock hears a force
+// release made the moment Acquire returned. Acquire returns once the
+// nodes that granted the lock confirmed its subscription to the release
+// announcements (was: the subscription started after the grant, so an
+// operator's release within its dial went unheard until the next
+// extension; found by cmd/redlock's TestForceReleaseEndsHold on CI).
+func TestFirstLockHearsItsForceRelease(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	operator, _ := ownRedlock(t, f, direct, roomy)
+	const rounds = 20
+	missed := 0
+	for i := range rounds {
+		holder, _ := ownRedlock(t, f, direct) // its own clients: nothing dialled yet
+		key := fmt.Sprintf("first:%d", i)
+		held, done := holding(holder, "plain", key, 10*time.Second)
+		<-held
+		require.NoError(t, operator.ForceRelease(ctx, key))
+		select {
+		case e := <-done:
+			require.ErrorContains(t, e.err, "force-released")
+		case <-time.After(2 * time.Second): // its next extension is 5 s away
+			missed++
+			_ = holder.Close()
+			<-done
+		}
+	}
+	assert.Zero(t, missed, "of %d first locks force-released at once, %d went on (heard at their next extension)", rounds, missed)
+}
+
 // TestForceReleaseByValueEndsOnlyThatHolder: of two permits' holders (or
 // two readers), the one force-released by value ends at once; the other
 // goes on.

@@ -92,6 +92,9 @@ type Waker struct {
 	// per-key subscription is opened on them for unknownRetry; their
 	// waiters wait their retry delay.
 	unknown map[int]time.Time
+	// changed is closed, and replaced, when a shared subscription is
+	// confirmed or fails (see Confirming); nil until asked for.
+	changed chan struct{}
 	// holders are the held locks that listen for announcements of their
 	// own values, by value (its first valueLen bytes); holds counts Hold
 	// calls since the last sweep of holders that are over.
@@ -107,6 +110,45 @@ type Holder struct {
 	tags []string
 	lost func(node int, key string)
 	over func() bool
+}
+
+// Start opens the shared subscriptions when none run, so that they
+// are confirmed by the time a lock is granted (see Confirming).
+func (w *Waker) Start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed && w.groups == nil {
+		w.start()
+	}
+}
+
+// Confirming returns nil when no shared subscription on nodes is waiting
+// for the node's confirmation; otherwise a channel closed when one is
+// confirmed or fails. A lock granted by nodes hears its force release
+// once it returns nil: an announcement made before a subscription's
+// confirmation is not heard.
+func (w *Waker) Confirming(nodes []int) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for s := range w.subs {
+		if s.shared && s.asked && slices.Contains(nodes, s.node) {
+			if w.changed == nil {
+				w.changed = make(chan struct{})
+			}
+			return w.changed
+		}
+	}
+	return nil
+}
+
+// settle records that s was confirmed (heard) or failed, and tells
+// Confirming's callers. Called with mu held.
+func (w *Waker) settle(s *sub, heard bool) {
+	s.heard, s.asked = heard, false
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
 }
 
 // Hold registers a held lock on keys whose announced values start with one
@@ -202,7 +244,9 @@ type sub struct {
 	cancel context.CancelFunc
 	ps     driver.Subscription // guarded by waker.mu; nil while not subscribed
 	shared bool                // every resource's channel, not one key's
+	node   int                 // the node it hears
 	heard  bool                // guarded by waker.mu: the node confirmed ps
+	asked  bool                // guarded by waker.mu: asked for, neither confirmed nor failed yet
 }
 
 // group is the queue of waiters for one set of resources.
@@ -438,7 +482,7 @@ func (w *Waker) watchKey(key string) {
 // heard. Called with mu held.
 func (w *Waker) listen(src Source, key string) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
-	s := &sub{cancel: cancel, shared: key == ""}
+	s := &sub{cancel: cancel, shared: key == "", node: src.Node, asked: true}
 	w.subs[s] = struct{}{}
 	w.running.Add()
 	go func() {
@@ -446,12 +490,19 @@ func (w *Waker) listen(src Source, key string) *sub {
 		started := false // confirmed once: a later confirmation closes a gap
 		for ctx.Err() == nil {
 			if src.Sick != nil && src.Sick() {
+				w.mu.Lock()
+				w.settle(s, false)
+				w.mu.Unlock()
 				pause(ctx, ResubscribeAfter)
 				continue
 			}
+			w.mu.Lock()
+			s.asked = true
+			w.mu.Unlock()
 			ps := src.Open(ctx)
 			w.mu.Lock()
 			if ctx.Err() != nil { // cancelled or closed meanwhile
+				w.settle(s, false)
 				w.mu.Unlock()
 				_ = ps.Close()
 				return
@@ -460,7 +511,8 @@ func (w *Waker) listen(src Source, key string) *sub {
 			w.mu.Unlock()
 			err := w.receive(ctx, ps, src.Node, key, &started, s)
 			w.mu.Lock()
-			s.ps, s.heard = nil, false
+			s.ps = nil
+			w.settle(s, false)
 			unknown := key != "" && unknownCommand(err)
 			if unknown {
 				if w.unknown == nil {
@@ -515,7 +567,7 @@ func (w *Waker) receive(ctx context.Context, ps driver.Subscription, node int, k
 			}
 			*started = true
 			w.mu.Lock()
-			s.heard = true
+			w.settle(s, true)
 			w.mu.Unlock()
 		}
 	}
@@ -657,6 +709,10 @@ func (w *Waker) Close() (*flight.Flight, bool) {
 		}
 	}
 	w.groups, w.byKey, w.keySubs, w.subs, w.holders = nil, nil, nil, nil, nil
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
 	w.mu.Unlock()
 	closeAll(subs)
 	return &w.running, true
