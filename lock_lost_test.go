@@ -215,7 +215,6 @@ func TestForceReleaseReachesItsHolder(t *testing.T) {
 		percentile(afterReturn, 0.5), percentile(afterReturn, 0.99), afterReturn[len(afterReturn)-1])
 }
 
-
 // TestFirstLockHearsItsForceRelease: a Redlock's first lock hears a force
 // release made the moment Acquire returned. Acquire returns once the
 // nodes that granted the lock confirmed its subscription to the release
