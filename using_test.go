@@ -236,10 +236,13 @@ func TestUsingNoExtensionAfterReturn(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var extends, releases []time.Time // the start of each extension and release attempt
+	var acquired time.Time            // the start of the last acquire attempt: the extension's due time counts from it
 	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch a.Op {
+		case redlock.OpAcquire:
+			acquired = a.Stats.Start
 		case redlock.OpExtend:
 			extends = append(extends, a.Stats.Start)
 		case redlock.OpRelease:
@@ -252,7 +255,10 @@ func TestUsingNoExtensionAfterReturn(t *testing.T) {
 		var fnCtx context.Context
 		err := c.rl.Using(context.Background(), []string{"{redlock}na"}, usingTTL, func(ctx context.Context) error {
 			fnCtx = ctx
-			time.Sleep(ret)
+			mu.Lock()
+			at := acquired.Add(ret) // (not fn's start: Acquire may return later, see hold)
+			mu.Unlock()
+			time.Sleep(time.Until(at))
 			return nil
 		}, usingOpts...)
 		require.NoError(t, err)
