@@ -102,49 +102,65 @@ func TestSentinelNodeInAQuorum(t *testing.T) {
 // never.
 func TestReplicaAckKeepsLocksThroughFailover(t *testing.T) {
 	t.Parallel()
-	g := redistest.StartSentinel(t, 2, 3)
-	g.SetReplicationLag(500 * time.Millisecond)
-	const rounds = 8
-	lost := func(opts ...redlock.Option) (int, []int) {
-		holder, err := redlock.New([]redis.UniversalClient{g.Client()}, append([]redlock.Option{redlock.WithNodeTimeout(3 * time.Second)}, opts...)...)
-		require.NoError(t, err)
-		defer holder.Close()
-		other, err := redlock.New([]redis.UniversalClient{g.Client()}, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
-		require.NoError(t, err)
-		defer other.Close()
-		n := 0
-		var acks []int
-		for i := range rounds {
-			key := fmt.Sprintf("failover:%d:%d", len(opts), i)
-			l, err := holder.Acquire(context.Background(), []string{key}, time.Minute, redlock.WithRetryCount(3))
-			require.NoError(t, err, "round %d", i)
-			if ra := l.Attempts()[len(l.Attempts())-1].ReplicaAcks; ra != nil {
-				acks = append(acks, ra[0])
-			}
-			g.Failover()
-			// The second client, once the group has a new primary.
-			var got *redlock.Lock
-			for range 20 {
-				got, err = other.Acquire(context.Background(), []string{key}, time.Minute)
-				if err == nil || errors.Is(err, redlock.ErrResourceLocked) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond) // the client still finds the old primary
-			}
-			if got != nil {
-				n++
-			}
-		}
-		return n, acks
+	for _, tc := range []struct {
+		name string
+		opts []redlock.Option
+	}{{"without", nil}, {"WithReplicaAck(2, 1s)", []redlock.Option{redlock.WithReplicaAck(2, time.Second)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a group of its own each: 8 failovers take half a minute
+			g := redistest.StartSentinel(t, 2, 3)
+			g.SetReplicationLag(500 * time.Millisecond)
+			failoverRounds(t, func() redis.UniversalClient { return g.Client() }, func() { g.Failover() }, "failover", 2, tc.opts...)
+		})
 	}
-	without, _ := lost()
-	with, acks := lost(redlock.WithReplicaAck(2, time.Second))
+}
+
+// failoverRounds acquires a lock on the one node client makes, fails it
+// over at once, and tries to acquire the lock from another client, 8
+// rounds. With opts (WithReplicaAck), the other client never gets it and
+// every lock was acknowledged by replicas; without, it gets it at least
+// once (or the test shows nothing).
+func failoverRounds(t *testing.T, client func() redis.UniversalClient, failover func(), prefix string, replicas int, opts ...redlock.Option) {
+	const rounds = 8
+	holder, err := redlock.New([]redis.UniversalClient{client()}, append([]redlock.Option{redlock.WithNodeTimeout(3 * time.Second)}, opts...)...)
+	require.NoError(t, err)
+	defer holder.Close()
+	other, err := redlock.New([]redis.UniversalClient{client()}, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	defer other.Close()
+	got := 0
+	var acks []int
+	for i := range rounds {
+		key := fmt.Sprintf("%s:%d", prefix, i)
+		l, err := holder.Acquire(context.Background(), []string{key}, time.Minute, redlock.WithRetryCount(3))
+		require.NoError(t, err, "round %d", i)
+		if ra := l.Attempts()[len(l.Attempts())-1].ReplicaAcks; ra != nil {
+			acks = append(acks, ra[0])
+		}
+		failover()
+		// The second client, once the node has a new primary.
+		var l2 *redlock.Lock
+		for range 20 {
+			l2, err = other.Acquire(context.Background(), []string{key}, time.Minute)
+			if err == nil || errors.Is(err, redlock.ErrResourceLocked) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the client still finds the old primary
+		}
+		if l2 != nil {
+			got++
+		}
+	}
 	t.Logf("%d rounds of acquire, failover, acquire from another client (replication lag 500ms): the second client got the lock "+
-		"%d times without WithReplicaAck, %d times with WithReplicaAck(2, 1s) (replicas that acknowledged each lock: %v)", rounds, without, with, acks)
-	assert.Zero(t, with, "locks lost through a failover with WithReplicaAck")
-	assert.Positive(t, without, "without it, the lag loses locks (or this test shows nothing)")
+		"%d times (replicas that acknowledged each lock: %v)", rounds, got, acks)
+	if len(opts) == 0 {
+		assert.Positive(t, got, "without WithReplicaAck, the lag loses locks (or this test shows nothing)")
+		return
+	}
+	assert.Zero(t, got, "locks lost through a failover with WithReplicaAck")
+	require.Len(t, acks, rounds)
 	for _, a := range acks {
-		assert.Equal(t, 2, a)
+		assert.Equal(t, replicas, a)
 	}
 }
 
@@ -229,50 +245,18 @@ func TestAcknowledgementCommandDisabled(t *testing.T) {
 // on its replica), and try to acquire the lock from another client.
 func TestReplicaAckKeepsLocksThroughClusterFailover(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartReplicatedCluster(t, 3)
-	c.SetReplicationLag(500 * time.Millisecond)
-	const rounds = 8
-	const slotKey = "{failover}"
-	slot := int(c.Client().ClusterKeySlot(context.Background(), slotKey).Val())
-	lost := func(opts ...redlock.Option) (int, []int) {
-		holder, err := redlock.New([]redis.UniversalClient{c.Client()}, append([]redlock.Option{redlock.WithNodeTimeout(3 * time.Second)}, opts...)...)
-		require.NoError(t, err)
-		defer holder.Close()
-		other, err := redlock.New([]redis.UniversalClient{c.Client()}, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
-		require.NoError(t, err)
-		defer other.Close()
-		n := 0
-		var acks []int
-		for i := range rounds {
-			key := fmt.Sprintf("%s:%d:%d", slotKey, len(opts), i)
-			l, err := holder.Acquire(context.Background(), []string{key}, time.Minute, redlock.WithRetryCount(3))
-			require.NoError(t, err, "round %d", i)
-			if ra := l.Attempts()[len(l.Attempts())-1].ReplicaAcks; ra != nil {
-				acks = append(acks, ra[0])
-			}
-			c.FailoverSlot(slot)
-			var got *redlock.Lock
-			for range 20 {
-				got, err = other.Acquire(context.Background(), []string{key}, time.Minute)
-				if err == nil || errors.Is(err, redlock.ErrResourceLocked) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if got != nil {
-				n++
-			}
-		}
-		return n, acks
-	}
-	without, _ := lost()
-	with, acks := lost(redlock.WithReplicaAck(1, time.Second))
-	t.Logf("%d rounds of acquire, CLUSTER FAILOVER TAKEOVER, acquire from another client (replication lag 500ms): the second client got "+
-		"the lock %d times without WithReplicaAck, %d times with WithReplicaAck(1, 1s) (replicas that acknowledged each lock: %v)", rounds, without, with, acks)
-	assert.Zero(t, with, "locks lost through a failover with WithReplicaAck")
-	assert.Positive(t, without, "without it, the lag loses locks (or this test shows nothing)")
-	for _, a := range acks {
-		assert.Equal(t, 1, a)
+	for _, tc := range []struct {
+		name string
+		opts []redlock.Option
+	}{{"without", nil}, {"WithReplicaAck(1, 1s)", []redlock.Option{redlock.WithReplicaAck(1, time.Second)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a Cluster of its own each
+			c := redistest.StartReplicatedCluster(t, 3)
+			c.SetReplicationLag(500 * time.Millisecond)
+			const slotKey = "{failover}"
+			slot := int(c.Client().ClusterKeySlot(context.Background(), slotKey).Val())
+			failoverRounds(t, func() redis.UniversalClient { return c.Client() }, func() { c.FailoverSlot(slot) }, slotKey, 1, tc.opts...)
+		})
 	}
 }
 
