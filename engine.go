@@ -142,6 +142,11 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			}
 			return c.fail(p, c.last)
 		}
+		if p.abandon != nil && p.abandon.Load() {
+			// Its release began meanwhile: no retry can succeed (was: it
+			// slept the retry delay, 100-300 ms, to learn it).
+			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
+		}
 		s := c.pause(p, len(st.VotesFor) > 0)
 		if !s.alive {
 			e := *c.last
