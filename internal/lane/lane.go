@@ -71,6 +71,17 @@ type Lane struct {
 	// rtt is how long the last answered round took (ns), late ones
 	// included: what a timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64
+	// worker is work as a func value, made once: `go l.work()` would
+	// allocate a closure for each worker started (one per uncontended call).
+	worker func()
+}
+
+// makeLane returns the lane of nd (of shard, a Cluster shard primary's
+// address, or "").
+func makeLane(nd *Node, owner *flight.Flight, base time.Duration, shard string) *Lane {
+	l := &Lane{node: nd, owner: owner, base: base, shard: shard}
+	l.worker = l.work
+	return l
 }
 
 // Submit queues c and starts a worker if none runs, or ends c at once when
@@ -102,7 +113,7 @@ func (l *Lane) Submit(c *Call) {
 	l.working = true
 	l.mu.Unlock()
 	l.owner.Add()
-	go l.work()
+	go l.worker()
 }
 
 // LastCause returns the client's last network error on the lane since the
@@ -547,7 +558,7 @@ func (l *Lane) requeue(calls []*Call) {
 	l.mu.Unlock()
 	if start {
 		l.owner.Add()
-		go l.work()
+		go l.worker()
 	}
 	for range calls {
 		l.owner.Done() // counted while held

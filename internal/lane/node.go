@@ -61,8 +61,8 @@ func NewNode(index int, n driver.Node, owner *flight.Flight, base time.Duration,
 	nd := &Node{index: index, addr: info.Addr, native: n, conn: n, servers: servers, identify: info.OneServer, isCluster: info.Cluster}
 	nd.client, _ = driver.GoRedisClient(n)
 	nd.cluster, _ = nd.client.(*redis.ClusterClient)
-	nd.one = &Lane{node: nd, owner: owner, base: base}
-	nd.ackOne = &Lane{node: nd, owner: owner, base: base}
+	nd.one = makeLane(nd, owner, base, "")
+	nd.ackOne = makeLane(nd, owner, base, "")
 	return nd
 }
 
@@ -142,7 +142,7 @@ func (nd *Node) Lane(key string, acked bool) *Lane {
 		if nd.shards == nil {
 			nd.shards = map[string]*Lane{}
 		}
-		l = &Lane{node: nd, owner: nd.one.owner, base: nd.one.base, shard: addr}
+		l = makeLane(nd, nd.one.owner, nd.one.base, addr)
 		nd.shards[id] = l
 	}
 	return l
