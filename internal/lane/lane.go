@@ -71,6 +71,9 @@ type Lane struct {
 	// rtt is how long the last answered round took (ns), late ones
 	// included: what a timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64
+	// dog is the watchdog of the lane's last round answered in time, idle,
+	// for its next round to reuse; nil when none is.
+	dog *watchdog
 	// worker is work as a func value, made once: `go l.work()` would
 	// allocate a closure for each worker started (one per uncontended call).
 	worker func()
@@ -416,32 +419,68 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	// The client gets no deadline: the lane's own timer bounds the wait (a
 	// client that honours ctx deadlines would otherwise report the node's
 	// silence as context.DeadlineExceeded), and a parked call is counted.
-	var state atomic.Int32
 	sent := time.Now()
 	l.mu.Lock()
 	if l.out.IsZero() {
 		l.out = sent
 	}
+	w := l.dog // the lane's idle watchdog, when it has one
+	l.dog = nil
 	l.mu.Unlock()
-	watchdog := time.AfterFunc(timeout, func() {
-		if state.CompareAndSwap(batchRunning, batchSilent) {
-			l.silent(calls, first, timeout)
-		}
-	})
+	if w == nil {
+		w = &watchdog{l: l}
+	}
+	w.calls, w.first, w.timeout = calls, first, timeout
+	w.state.Store(batchRunning)
+	if w.t == nil {
+		w.t = time.AfterFunc(timeout, w.fire)
+	} else {
+		w.t.Reset(timeout) // what it was set to above happens before it fires
+	}
 	ask := how == bySHA && l.node.asking()
 	l.choose(calls, how)
 	if id, answered := l.run(calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
 	l.learn(calls, time.Since(sent))
-	onTime := state.CompareAndSwap(batchRunning, batchAnswered)
-	watchdog.Stop()
+	onTime := w.state.CompareAndSwap(batchRunning, batchAnswered)
+	// Stop reports true only when fire was not started, and never will be
+	// for this round: then nothing but this round holds w, and the next
+	// round may take it. (A watchdog that fired, or whose fire raced this
+	// answer, is left to its goroutine.)
+	idle := w.t.Stop() && onTime
+	if idle {
+		w.calls, w.first = nil, nil
+	}
 	l.mu.Lock()
 	if l.out.Equal(sent) {
 		l.out = time.Time{}
 	}
+	if idle {
+		l.dog = w
+	}
 	l.mu.Unlock()
 	return onTime
+}
+
+// watchdog is a round's timer: when the round has no answer after timeout,
+// it tells the lane (silent). A lane keeps one idle watchdog, which its
+// next round reuses (see round): an uncontended lane makes no timer per
+// round.
+type watchdog struct {
+	l       *Lane
+	t       *time.Timer // runs fire; nil until the first round
+	state   atomic.Int32
+	calls   []*Call
+	first   []Result
+	timeout time.Duration
+}
+
+// fire is the round's silence, unless its answer came first.
+func (w *watchdog) fire() {
+	if w.state.CompareAndSwap(batchRunning, batchSilent) {
+		w.l.silent(w.calls, w.first, w.timeout)
+	}
 }
 
 // silent is the watchdog: batch has no answer after timeout. It opens the
