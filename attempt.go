@@ -141,6 +141,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	if p.op == OpRelease {
 		kind = lane.Release
 	}
+	var last evalSHA // the nodes that run one script on the same arguments share its command
 	for i, nd := range q.nodes {
 		nc := &as.nodes[i]
 		if deleted != nil && deleted[i].Load() {
@@ -150,7 +151,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		}
 		s, sargs := scriptFor(nd, p.s, p.res, args)
 		nc.as, nc.i, nc.s, nc.acks = as, i, s, -1
-		nc.Call = lane.Call{Kind: kind, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: sargs, Timeout: cfg.nodeTimeout, Ack: ack, H: nc}
+		nc.Call = lane.Call{Kind: kind, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: sargs, Cmd: last.of(s, p.keys, sargs), Timeout: cfg.nodeTimeout, Ack: ack, H: nc}
 		nd.Lane(p.res[0], p.acked).Submit(&nc.Call)
 	}
 
@@ -198,6 +199,32 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			}
 		}
 	}
+}
+
+// evalSHA is the last EVALSHA command an attempt made for its calls (see
+// lane.Call's Cmd).
+type evalSHA struct {
+	s    *script.Script
+	args []any
+	cmd  []any
+}
+
+// of returns the EVALSHA of s on keys and args: the last one when it was
+// made of the same script and the same args (one slice), else a new one.
+// (A node of a Cluster may run another script, or with arguments of its
+// own: see scriptFor.)
+func (e *evalSHA) of(s *script.Script, keys []string, args []any) []any {
+	if e.cmd != nil && e.s == s && len(e.args) == len(args) && (len(args) == 0 || &e.args[0] == &args[0]) {
+		return e.cmd
+	}
+	cmd := make([]any, 3+len(keys)+len(args))
+	cmd[0], cmd[1], cmd[2] = "evalsha", s.Hash, len(keys)
+	for i, k := range keys {
+		cmd[3+i] = k
+	}
+	copy(cmd[3+len(keys):], args)
+	e.s, e.args, e.cmd = s, args, cmd
+	return cmd
 }
 
 // vote counts node i's vote, unless it was counted already: the first of

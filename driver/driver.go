@@ -63,6 +63,8 @@ type Info struct {
 // Cmd is one command of a Do: its arguments (strings and integers), and
 // what the node answered.
 type Cmd struct {
+	// Args are read only: the commands of several nodes may share them
+	// (a quorum's nodes are sent the same script call at once).
 	Args []any
 	// Key routes the command on a Cluster: its first key, or, for a
 	// command with none (WAIT), the key of the commands it follows.

@@ -193,6 +193,36 @@ func (e *UnexpectedAckError) Error() string {
 	return fmt.Sprintf("redlock: unexpected answer to WAIT, of type %T (a count was expected)", e.Reply)
 }
 
+// The commands' names as arguments, boxed once.
+var (
+	evalSHAName any = "evalsha"
+	evalName    any = "eval"
+)
+
+// command returns the arguments of p's EVALSHA, or of its EVAL (with the
+// script) when p.src: p.Cmd when it has it and goes by hash.
+func (p *Call) command() []any {
+	if !p.src && p.Cmd != nil {
+		return p.Cmd
+	}
+	args := make([]any, 3+len(p.Keys)+len(p.Args))
+	if p.src {
+		args[0], args[1] = evalName, p.Src
+	} else {
+		args[0], args[1] = evalSHAName, p.Hash
+	}
+	args[2] = len(p.Keys)
+	if p.Cmd != nil {
+		copy(args[3:], p.Cmd[3:]) // the keys and arguments, boxed already
+		return args
+	}
+	for i, k := range p.Keys {
+		args[3+i] = k
+	}
+	copy(args[3+len(p.Keys):], p.Args)
+	return args
+}
+
 // runBatch runs calls in one round trip: alone when there is one, else in
 // one pipeline; each with EVALSHA, or with EVAL (which caches the script on
 // the node) when its src is set (see Lane.choose). A call whose script the node lacks gets the NOSCRIPT
@@ -216,28 +246,27 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 	if ack != nil {
 		n++
 	}
-	cmds := make([]*driver.Cmd, 0, n)
-	all := make([]driver.Cmd, n)
+	// Each call's command is its own (Call.cmd): a call is in one batch
+	// at a time, and its worker is done with it when Do returns.
+	var cmds []*driver.Cmd
+	if n == 1 {
+		p := calls[0]
+		p.one[0] = &p.cmd
+		cmds = p.one[:0] // a call alone: no slice to make
+	} else {
+		cmds = make([]*driver.Cmd, 0, n)
+	}
+	var info *driver.Cmd
 	if ask {
-		all[0] = driver.Cmd{Args: []any{"info", "server"}, Key: key}
-		cmds = append(cmds, &all[0])
+		info = &driver.Cmd{Args: []any{"info", "server"}, Key: key}
+		cmds = append(cmds, info)
 	}
 	for _, p := range calls {
-		cmd := &all[len(cmds)]
-		name, body := "evalsha", p.Hash
-		if p.src {
-			name, body = "eval", p.Src
-		}
-		args := make([]any, 3, 3+len(p.Keys)+len(p.Args))
-		args[0], args[1], args[2] = name, body, len(p.Keys)
-		for _, k := range p.Keys {
-			args = append(args, k)
-		}
-		cmd.Args = append(args, p.Args...)
+		p.cmd = driver.Cmd{Args: p.command()}
 		if len(p.Keys) > 0 {
-			cmd.Key = p.Keys[0]
+			p.cmd.Key = p.Keys[0]
 		}
-		cmds = append(cmds, cmd)
+		cmds = append(cmds, &p.cmd)
 	}
 	var wait *driver.Cmd
 	if ack != nil {
@@ -245,13 +274,8 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 		cmds = append(cmds, wait)
 	}
 	c.Do(context.Background(), cmds)
-	first := 0
-	if ask {
-		first = 1
-	}
-	for i, p := range calls {
-		cmd := cmds[first+i]
-		p.res = Result{Reply: cmd.Reply, Err: cmd.Err, Acks: -1, Local: -1}
+	for _, p := range calls {
+		p.res = Result{Reply: p.cmd.Reply, Err: p.cmd.Err, Acks: -1, Local: -1}
 	}
 	if ack != nil {
 		readAcks(calls, wait)
@@ -262,8 +286,8 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 		explainUnsupported(c, calls, cmd, timeout)
 	}
 	if ask {
-		v, _ := cmds[0].Reply.(string)
-		return runID(v), isReply(cmds[0].Err)
+		v, _ := info.Reply.(string)
+		return runID(v), isReply(info.Err)
 	}
 	return "", false
 }

@@ -63,6 +63,8 @@ package lane
 import (
 	"fmt"
 	"time"
+
+	"github.com/go-redlock/redlock/driver"
 )
 
 // Kind is what a call does, as far as sending it goes.
@@ -85,17 +87,25 @@ const (
 
 // Call is one script call on one lane.
 type Call struct {
-	Kind    Kind
-	Hash    string // the script's SHA-1, for EVALSHA
-	Src     string // the script, for EVAL when the node lacks it
-	Keys    []string
-	Args    []any
+	Kind Kind
+	Hash string // the script's SHA-1, for EVALSHA
+	Src  string // the script, for EVAL when the node lacks it
+	Keys []string
+	Args []any
+	// Cmd, when set, is the call's EVALSHA as sent: "evalsha", Hash,
+	// len(Keys), Keys..., Args..., made once for the calls of an attempt,
+	// which share it (no one writes it). nil: the lane makes it.
+	Cmd     []any
 	Timeout time.Duration // how long the node may stay silent (at least the lane's node timeout)
 	Ack     *Ack          // the replicas its write must reach (Write only), or nil
 	H       Handler
 
 	res Result // written by the worker that sends it
 	src bool   // sent with its source (EVAL): set by the worker that sends it
+	// cmd is the call's command in its batch, and one the batch's commands
+	// when it goes alone (see runBatch): the worker that sends it owns them.
+	cmd driver.Cmd
+	one [1]*driver.Cmd
 }
 
 // Handler is told what becomes of a call.
