@@ -105,7 +105,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	if c.waits && atOnce {
 		c.wt = r.wake.Join(p.res, false, p.tag(), id)
 	}
-	if c.waits && !atOnce {
+	if c.waits && !atOnce && !r.wake.Idle() { // no one waits: no tag to make (Join would return nil)
 		if c.wt = r.wake.Join(p.res, true, p.tag(), id); c.wt != nil {
 			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})

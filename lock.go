@@ -225,10 +225,14 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 	start := time.Now()
 	o := r.execute(ctx, cfg, p)
 	if o.err != nil {
-		cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, 0, o.err)
+		if cfg.observesDone() {
+			cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, 0, o.err)
+		}
 		return nil, o.err
 	}
-	cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, o.token, nil)
+	if cfg.observesDone() { // the copy of the resources only for an observer
+		cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, o.token, nil)
+	}
 	l := &Lock{
 		redlock:   r,
 		cfg:       cfg,

@@ -159,9 +159,14 @@ func safely[T any](hook func(T), v T) {
 	hook(v)
 }
 
+// observesDone reports whether cfg has an observer with a Done hook.
+func (cfg *config) observesDone() bool {
+	return cfg != nil && cfg.observer != nil && cfg.observer.Done != nil
+}
+
 // done reports a returned call to cfg's observer, if any.
 func (cfg *config) done(ctx context.Context, op Op, resources []string, start time.Time, o *outcome, token uint64, err error) {
-	if cfg == nil || cfg.observer == nil || cfg.observer.Done == nil {
+	if !cfg.observesDone() {
 		return
 	}
 	info := CallInfo{Ctx: ctx, Op: op, Resources: resources, Start: start, Took: time.Since(start), Err: err, Outcome: OutcomeOf(err), Token: token}
@@ -202,10 +207,15 @@ func observing[O Option](r *Redlock, lock *Lock, opts []O) (config, bool) {
 	if r == nil || r.cfg == nil {
 		return config{}, false
 	}
-	c := *r.cfg
+	base := r.cfg
 	if lock != nil && lock.redlock == r && lock.cfg != nil {
-		c = *lock.cfg
+		base = lock.cfg
 	}
+	if len(opts) == 0 {
+		// No copy of base is addressed: it stays on the stack.
+		return *base, base.observer != nil && base.observer.Done != nil
+	}
+	c := *base
 	apply(&c, opts)
 	return c, c.observer != nil && c.observer.Done != nil
 }
