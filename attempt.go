@@ -218,7 +218,7 @@ func (e *evalSHA) of(s *script.Script, keys []string, args []any) []any {
 		return e.cmd
 	}
 	cmd := make([]any, 3+len(keys)+len(args))
-	cmd[0], cmd[1], cmd[2] = "evalsha", s.Hash, len(keys)
+	cmd[0], cmd[1], cmd[2] = "evalsha", s.HashArg(), len(keys)
 	for i, k := range keys {
 		cmd[3+i] = k
 	}

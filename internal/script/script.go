@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // MaxToken is the largest fencing token and counter: Lua's numbers are
@@ -247,6 +248,19 @@ type Script struct {
 	// Restores: an extension, which answers -n where it wrote back keys
 	// the node had lost (Reply.Restored).
 	Restores bool
+
+	hashArg atomic.Pointer[any] // Hash boxed, made on first use (HashArg)
+}
+
+// HashArg returns s.Hash as a command's argument: boxed once, so that a
+// command made of it allocates nothing for it.
+func (s *Script) HashArg() any {
+	if h := s.hashArg.Load(); h != nil {
+		return *h
+	}
+	h := any(s.Hash)
+	s.hashArg.Store(&h) // racing callers store equal values
+	return h
 }
 
 // newScript makes the script of src, with the hash go generate wrote for
