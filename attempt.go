@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -157,8 +158,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 
 	// Every node votes once: by its answer, or here at the deadline or
 	// when ctx ends. So this loop ends by the deadline at the latest.
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	timer := startTimer(timeout)
+	defer stopTimer(timer)
 	done := ctx.Done()
 	for {
 		f, a := len(st.VotesFor), len(st.VotesAgainst)
@@ -225,6 +226,36 @@ func (e *evalSHA) of(s *script.Script, keys []string, args []any) []any {
 	copy(cmd[3+len(keys):], args)
 	e.s, e.args, e.cmd = s, args, cmd
 	return cmd
+}
+
+// timers holds the attempts' timers between attempts (see startTimer): an
+// attempt takes one, and puts it back stopped when it returns, after which
+// it no longer reads it.
+var timers sync.Pool
+
+// startTimer returns a timer that fires after d: an idle one of timers, or
+// a new one.
+func startTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// stopTimer stops t and leaves it to timers. Its channel then holds no
+// tick (Stop discards one since Go 1.23; the drain is for a program run
+// with asynctimerchan=1, where a tick may still come late: the collector
+// reads a tick as "look at the nodes' times", which a stray one only
+// makes it do once more).
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	timers.Put(t)
 }
 
 // vote counts node i's vote, unless it was counted already: the first of
