@@ -87,7 +87,7 @@ type attemptState struct {
 	// node's timeout): the lock's validity for an operation that writes a
 	// ttl, else the deadline (a release is bounded by the node timeout).
 	limit   time.Time
-	votes   chan vote // room for every node: a send never blocks
+	votes   chan int // the nodes that voted, each once (its vote in nodes[i].v): room for every node, so a send never blocks
 	nodes   []nodeCall
 	outcome atomic.Int32
 	// cleanup is set for an operation whose failed attempts release what
@@ -123,7 +123,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		}
 	}
 	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, raises: p.raises, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan vote, n), nodes: make([]nodeCall, n), deleted: deleted}
+		votes: make(chan int, n), nodes: make([]nodeCall, n), deleted: deleted}
 	as.limit, as.abandon, as.ext = as.deadline, p.abandon, p.ext
 	if p.ttl > 0 {
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
@@ -184,7 +184,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			return st, as
 		}
 		select {
-		case v := <-as.votes:
+		case i := <-as.votes:
+			v := as.nodes[i].v
 			st.add(v)
 			if groups != nil && v.err == nil {
 				groups[v.choice] = append(groups[v.choice], v.node)
@@ -279,7 +280,8 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	if err == nil {
 		v.choice = as.nodes[i].choice // written before its answer, by the same goroutine
 	}
-	as.votes <- v
+	as.nodes[i].v = v // the collector reads it once it receives i
+	as.votes <- i
 }
 
 // add records v in st.
@@ -318,6 +320,7 @@ type nodeCall struct {
 	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
 	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
 	awaited   atomic.Bool  // acquire: counted in the cleanup's pending until it answers
+	v         vote         // its vote, written once by who counted it (see voteAcked)
 }
 
 // Sendable implements lane.Handler: see attemptState.sending.
