@@ -453,7 +453,7 @@ func (k termKind) extend(l *Lock, ttl time.Duration) *plan {
 
 // release: a term's release is the plain one.
 func (termKind) release(l *Lock, until time.Time) *plan {
-	return newReleasePlan(l.resources, l.value, until)
+	return releasePlanWith(l.resources, l.life.valueArgs(l.value), until)
 }
 
 func (termKind) handsOver() bool { return false }

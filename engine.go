@@ -27,6 +27,9 @@ type outcome struct {
 	choice   string          // the choice of the successful attempt's quorum (plan.choices)
 	handed   *handOff        // acquire: the lock a holder handed over, instead of a win
 	err      *ExecutionError
+	// args is the successful attempt's ARGV (an acquire's value first):
+	// read only, as the attempt's calls may still read it.
+	args []any
 }
 
 // handOff is a lock passed from a releasing holder to a waiter.
@@ -129,7 +132,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		}
 		st, as := c.try(p)
 		if len(st.VotesFor) >= r.needed() && !st.Late {
-			c.o.win, c.o.tries = &c.o.attempts[len(c.o.attempts)-1], c.tries
+			c.o.win, c.o.tries, c.o.args = &c.o.attempts[len(c.o.attempts)-1], c.tries, c.args
 			return c.o
 		}
 		if e := c.verdict(p, st, as); e != nil {
@@ -485,7 +488,13 @@ func newExtendPlan(resources []string, value string, until time.Time, ttl time.D
 // newReleasePlan is the plan that deletes a lock's resources where they hold
 // value, counting until as the lock's expiration.
 func newReleasePlan(resources []string, value string, until time.Time) *plan {
-	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: []any{value},
+	return releasePlanWith(resources, []any{value}, until)
+}
+
+// releasePlanWith is newReleasePlan with its ARGV: {value}, which no one
+// writes.
+func releasePlanWith(resources []string, args []any, until time.Time) *plan {
+	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: args,
 		until: until, pastUntil: oneAttemptPastUntil}
 }
 

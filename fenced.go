@@ -77,7 +77,7 @@ func (fencedKind) extend(l *Lock, ttl time.Duration) *plan {
 }
 
 func (fencedKind) release(l *Lock, until time.Time) *plan {
-	return newReleasePlan(l.resources, l.value, until)
+	return releasePlanWith(l.resources, l.life.valueArgs(l.value), until)
 }
 
 // handsOver: with a new token (fencedHooks.adoptHanded).

@@ -105,7 +105,7 @@ func (plainKind) extend(l *Lock, ttl time.Duration) *plan {
 }
 
 func (plainKind) release(l *Lock, until time.Time) *plan {
-	return newReleasePlan(l.resources, l.value, until)
+	return releasePlanWith(l.resources, l.life.valueArgs(l.value), until)
 }
 
 func (plainKind) handsOver() bool { return true }

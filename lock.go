@@ -251,6 +251,11 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 		l.expiration = o.win.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
 		l.life.granted, l.life.since = o.win.Start, o.win.Start
 	}
+	if o.win != nil && len(o.args) > 0 {
+		if v, ok := o.args[0].(string); ok && v == o.value {
+			l.life.args = o.args[:1:1] // its value, boxed by the attempt: the release's ARGV
+		}
+	}
 	l.life.until.Store(l.expiration.UnixNano())
 	l.life.last.Store(l.expiration.UnixNano())
 	l.life.lastTTL.Store(int64(p.ttl))
@@ -436,6 +441,9 @@ func (l *Lock) releasePlan(until time.Time) *plan { return l.kind.release(l, unt
 // lockLife is what every handle of one lock (Acquire's and its extensions')
 // shares.
 type lockLife struct {
+	// args is {value}, as the winning attempt boxed it, for the release's
+	// ARGV (read only); nil when the lock was handed over.
+	args []any
 	// releasing is set once a release has been sent: from then on the lock
 	// may be gone from a quorum, even if the release failed, so no handle
 	// is Valid or can be extended.
@@ -704,6 +712,15 @@ func (r *Redlock) unhold(lf *lockLife) {
 	h := lf.holder
 	lf.mu.Unlock()
 	r.wake.Unhold(h)
+}
+
+// valueArgs returns {value}, the ARGV of the lock's release: the winning
+// attempt's, or a new one.
+func (lf *lockLife) valueArgs(value string) []any {
+	if lf.args != nil {
+		return lf.args
+	}
+	return []any{value}
 }
 
 // over reports whether the lock can no longer be held: released, lost, or
