@@ -665,17 +665,14 @@ func (lf *lockLife) lostNodes(n int) []atomic.Bool {
 // made when Acquire returned is heard. With WithWakeOnRelease(false) it
 // opens no subscription: it hears them while another call's run.
 func (r *Redlock) hold(ctx context.Context, l *Lock, granted []int) {
-	tags := []string{l.value[:min(valueLen, len(l.value))]}
+	tag, tag2 := l.value[:min(valueLen, len(l.value))], ""
 	if wk, ok := l.kind.(waitingKind); ok {
 		if id := wk.waiterID(); id != "" {
-			tags = append(tags, id[:min(valueLen, len(id))])
+			tag2 = id[:min(valueLen, len(id))]
 		}
 	}
-	lf, cfg, res := l.life, l.cfg, l.resources
-	h := r.wake.Hold(res, tags, func(node int, key string) {
-		lf.forced(r, node, key)
-		lf.reportForced(context.Background(), cfg, res) // once per lock, whoever learns it first
-	}, lf.over, cfg.wake)
+	lf, cfg := l.life, l.cfg
+	h := r.wake.Hold(l.resources, tag, tag2, (*holding)(l), cfg.wake)
 	// An announcement may have come before Hold returned (the holder was
 	// set under mu then): such a lock, forced, released or lost, listens
 	// no more.
@@ -705,6 +702,19 @@ func (r *Redlock) hold(ctx context.Context, l *Lock, granted []int) {
 		}
 	}
 }
+
+// holding is a granted lock (its first handle) as the Waker's holder of its
+// value hears it (wake.Owner).
+type holding Lock
+
+// Lost ends the lock: a node announced key released from its value.
+func (h *holding) Lost(node int, key string) {
+	h.life.forced(h.redlock, node, key)
+	h.life.reportForced(context.Background(), h.cfg, h.resources) // once per lock, whoever learns it first
+}
+
+// Over reports whether the lock can no longer be held.
+func (h *holding) Over() bool { return h.life.over() }
 
 // unhold stops lf listening (its release started, or it is lost).
 func (r *Redlock) unhold(lf *lockLife) {

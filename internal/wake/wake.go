@@ -98,7 +98,7 @@ type Waker struct {
 	// holders are the held locks that listen for announcements of their
 	// own values, by value (its first valueLen bytes); holds counts Hold
 	// calls since the last sweep of holders that are over.
-	holders map[string][]*Holder
+	holders map[string]holderSet
 	holds   int // Holds since the last sweep
 	left    int // holders the last sweep left
 }
@@ -106,10 +106,66 @@ type Waker struct {
 // Holder is a held lock that hears the release announcements of its own
 // value (see Hold).
 type Holder struct {
-	keys []string
-	tags []string
-	lost func(node int, key string)
-	over func() bool
+	keys  []string
+	tags  [2]string // tags[1] is "" when it has one tag
+	owner Owner
+}
+
+// Owner is the held lock a Holder tells what it hears.
+type Owner interface {
+	// Lost is told that node announced key released from one of the
+	// holder's tags.
+	Lost(node int, key string)
+	// Over reports whether the lock has ended (released, lost or
+	// expired).
+	Over() bool
+}
+
+// tagList returns h's tags.
+func (h *Holder) tagList() []string {
+	if h.tags[1] == "" {
+		return h.tags[:1]
+	}
+	return h.tags[:]
+}
+
+// holderSet is the holders of one tag: nearly always one (a tag is a
+// random value's), which takes no slice of its own.
+type holderSet struct {
+	one  *Holder   // nil when the set is empty
+	more []*Holder // the others, when more than one hold the tag
+}
+
+// with returns s and h.
+func (s holderSet) with(h *Holder) holderSet {
+	if s.one == nil {
+		s.one = h
+	} else {
+		s.more = append(s.more, h)
+	}
+	return s
+}
+
+// without returns s without the holders drop says to drop.
+func (s holderSet) without(drop func(*Holder) bool) holderSet {
+	var out holderSet
+	if s.one != nil && !drop(s.one) {
+		out.one = s.one
+	}
+	for _, h := range s.more {
+		if !drop(h) {
+			out = out.with(h)
+		}
+	}
+	return out
+}
+
+// size returns how many holders s has.
+func (s holderSet) size() int {
+	if s.one == nil {
+		return 0
+	}
+	return 1 + len(s.more)
 }
 
 // Start opens the shared subscriptions when none run, so that they
@@ -151,17 +207,18 @@ func (w *Waker) settle(s *sub, heard bool) {
 	}
 }
 
-// Hold registers a held lock on keys whose announced values start with one
-// of tags (each valueLen bytes): an announcement from a node naming one of
-// keys with one of tags calls lost, outside the Waker's lock, as often as
-// it comes. With subscribe, it starts the shared subscriptions when none
-// run (a Cluster's per-key ones are opened only for waiters: a holder hears
-// those while they run). over reports whether the lock has ended (released, lost or
-// expired): a Hold now and then forgets such holders, so that a lock that
-// is never released costs nothing for good. It returns nil when the Waker
-// is closed. Unhold removes it.
-func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over func() bool, subscribe bool) *Holder {
-	h := &Holder{keys: keys, tags: tags, lost: lost, over: over}
+// Hold registers owner, a held lock on keys whose announced values start
+// with tag or, when not "", tag2 (each valueLen bytes): an announcement from
+// a node naming one of keys with one of its tags calls owner's Lost,
+// outside the Waker's lock, as often as it comes. With subscribe, it starts
+// the shared subscriptions when none run (a Cluster's per-key ones are
+// opened only for waiters: a holder hears those while they run). A Hold now
+// and then forgets the holders whose owner's Over reports that the lock has
+// ended (released, lost or expired), so that a lock that is never released
+// costs nothing for good. It returns nil when the Waker is closed. Unhold
+// removes it.
+func (w *Waker) Hold(keys []string, tag, tag2 string, owner Owner, subscribe bool) *Holder {
+	h := &Holder{keys: keys, tags: [2]string{tag, tag2}, owner: owner}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -171,13 +228,13 @@ func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over 
 		w.start()
 	}
 	if w.holders == nil {
-		w.holders = map[string][]*Holder{}
+		w.holders = map[string]holderSet{}
 	}
 	if w.holds++; w.holds > 64 && w.holds > w.left {
 		w.sweep() // every max(64, what the last one left) Holds: O(1) each, amortized
 	}
-	for _, t := range tags {
-		w.holders[t] = append(w.holders[t], h)
+	for _, t := range h.tagList() {
+		w.holders[t] = w.holders[t].with(h)
 	}
 	return h
 }
@@ -186,12 +243,12 @@ func (w *Waker) Hold(keys, tags []string, lost func(node int, key string), over 
 func (w *Waker) sweep() {
 	w.holds, w.left = 0, 0
 	for t, hs := range w.holders {
-		hs = slices.DeleteFunc(hs, func(h *Holder) bool { return h.over() })
-		if len(hs) == 0 {
+		hs = hs.without(func(h *Holder) bool { return h.owner.Over() })
+		if hs.size() == 0 {
 			delete(w.holders, t)
 		} else {
 			w.holders[t] = hs
-			w.left += len(hs)
+			w.left += hs.size()
 		}
 	}
 }
@@ -203,9 +260,9 @@ func (w *Waker) Unhold(h *Holder) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, t := range h.tags {
-		hs := slices.DeleteFunc(w.holders[t], func(o *Holder) bool { return o == h })
-		if len(hs) == 0 {
+	for _, t := range h.tagList() {
+		hs := w.holders[t].without(func(o *Holder) bool { return o == h })
+		if hs.size() == 0 {
 			delete(w.holders, t)
 		} else {
 			w.holders[t] = hs
@@ -219,7 +276,7 @@ func (w *Waker) Holding() int {
 	defer w.mu.Unlock()
 	n := 0
 	for _, hs := range w.holders {
-		n += len(hs)
+		n += hs.size()
 	}
 	return n
 }
@@ -627,14 +684,18 @@ func (w *Waker) notify(payload string, node int) {
 		g.queue[0].poke()
 	}
 	var lost []*Holder
-	for _, h := range w.holders[tag] {
+	hs := w.holders[tag]
+	if h := hs.one; h != nil && slices.Contains(h.keys, key) {
+		lost = append(lost, h)
+	}
+	for _, h := range hs.more {
 		if slices.Contains(h.keys, key) {
 			lost = append(lost, h)
 		}
 	}
 	w.mu.Unlock()
 	for _, h := range lost {
-		h.lost(node, key)
+		h.owner.Lost(node, key)
 	}
 }
 
