@@ -185,7 +185,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		}
 		select {
 		case i := <-as.votes:
-			v := as.nodes[i].v
+			v := as.nodes[i].vote(i)
 			st.add(v)
 			if groups != nil && v.err == nil {
 				groups[v.choice] = append(groups[v.choice], v.node)
@@ -276,11 +276,8 @@ func (as *attemptState) voteAcked(i int, err error, acks int) {
 	if err != nil {
 		ne = report(as.cfg, &NodeError{Node: i, Addr: as.q.nodes[i].Addr(), Op: as.op, Err: err})
 	}
-	v := vote{node: i, err: ne, acks: acks}
-	if err == nil {
-		v.choice = as.nodes[i].choice // written before its answer, by the same goroutine
-	}
-	as.nodes[i].v = v // the collector reads it once it receives i
+	nc := &as.nodes[i]
+	nc.vErr, nc.vAcks = ne, acks // the collector reads them once it receives i
 	as.votes <- i
 }
 
@@ -320,7 +317,19 @@ type nodeCall struct {
 	clean     atomic.Bool  // acquire: the node surely holds nothing of the attempt
 	releasing atomic.Bool  // acquire: the attempt's release was sent to the node
 	awaited   atomic.Bool  // acquire: counted in the cleanup's pending until it answers
-	v         vote         // its vote, written once by who counted it (see voteAcked)
+	// vErr and vAcks are its vote, written once by who counted it (see
+	// voteAcked), read by the collector once it receives i (see vote).
+	vErr  *NodeError
+	vAcks int
+}
+
+// vote returns node i's vote, once counted.
+func (nc *nodeCall) vote(i int) vote {
+	v := vote{node: i, err: nc.vErr, acks: nc.vAcks}
+	if v.err == nil {
+		v.choice = nc.choice // written before its answer, by the goroutine that counted it
+	}
+	return v
 }
 
 // Sendable implements lane.Handler: see attemptState.sending.

@@ -88,6 +88,7 @@ const (
 // Call is one script call on one lane.
 type Call struct {
 	Kind Kind
+	src  bool   // sent with its source (EVAL): set by the worker that sends it
 	Hash string // the script's SHA-1, for EVALSHA
 	Src  string // the script, for EVAL when the node lacks it
 	Keys []string
@@ -101,7 +102,6 @@ type Call struct {
 	H       Handler
 
 	res Result // written by the worker that sends it
-	src bool   // sent with its source (EVAL): set by the worker that sends it
 	// cmd is the call's command in its batch, and one the batch's commands
 	// when it goes alone (see runBatch): the worker that sends it owns them.
 	cmd driver.Cmd
