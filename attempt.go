@@ -93,6 +93,7 @@ type attemptState struct {
 	// cleanup is set for an operation whose failed attempts release what
 	// they wrote (acquire).
 	cleanup *cleanup
+	own     cleanup // what cleanup points to, when set: made with the attemptState
 	// deleted marks, for a release, the nodes that deleted the value in
 	// any attempt of the call (see execute).
 	deleted []atomic.Bool
@@ -129,7 +130,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
 	}
 	if p.undoFailed {
-		as.cleanup = &cleanup{value: args[0], s: script.Cleanup, keys: p.res}
+		as.own = cleanup{value: args[0], s: script.Cleanup, keys: p.res}
+		as.cleanup = &as.own
 		if p.undo != nil {
 			as.cleanup.s, as.cleanup.keys, as.cleanup.args = p.undo, p.undoKeys, p.undoArgs
 		}

@@ -57,6 +57,7 @@ type run struct {
 	// attempt of the call (an answer that came late included): they count
 	// for in later attempts, where the value is gone by our own doing.
 	deleted  []atomic.Bool
+	marks    [8]atomic.Bool  // deleted's room for up to 8 nodes, made with the run
 	cleaning *cleanup        // the last failed attempt's release of its writes
 	last     *ExecutionError // why the last attempt that ctx did not cut short failed
 	waits    bool            // the call may wait for a release announcement
@@ -78,7 +79,11 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		c.timeout = min(c.timeout, p.ttl-c.d)
 	}
 	if p.op == OpRelease {
-		c.deleted = make([]atomic.Bool, r.size())
+		if n := r.size(); n <= len(c.marks) {
+			c.deleted = c.marks[:n]
+		} else {
+			c.deleted = make([]atomic.Bool, n)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: err})

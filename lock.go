@@ -233,7 +233,13 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 	if cfg.observesDone() { // the copy of the resources only for an observer
 		cfg.done(ctx, OpAcquire, append([]string(nil), p.res...), start, &o, o.token, nil)
 	}
-	l := &Lock{
+	// The first handle and the life its handles share, made together.
+	g := &struct {
+		l    Lock
+		life lockLife
+	}{}
+	l := &g.l
+	*l = Lock{
 		redlock:   r,
 		cfg:       cfg,
 		resources: p.res,
@@ -241,7 +247,7 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 		token:     o.token,
 		kind:      k.won(p, &o),
 		attempts:  o.attempts,
-		life:      &lockLife{},
+		life:      &g.life,
 	}
 	if h := o.handed; h != nil {
 		// Handed over: the releasing holder's expiration, and its chain.
