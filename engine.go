@@ -486,6 +486,12 @@ func acquirePlan(keys []string, ttl time.Duration) *plan {
 // newExtendPlan is the plan that sets the ttl of a lock's resources, which
 // hold value until until, to ttl.
 func newExtendPlan(resources []string, value string, until time.Time, ttl time.Duration) *plan {
+	return extendPlanWith(resources, value, until, ttl)
+}
+
+// extendPlanWith is newExtendPlan with the value as an argument (boxed
+// already: see lockLife.valueArgs).
+func extendPlanWith(resources []string, value any, until time.Time, ttl time.Duration) *plan {
 	return &plan{op: OpExtend, s: script.Extend, keys: resources, res: resources, args: []any{value, int64(ttl / time.Millisecond)},
 		ttl: ttl, until: until, pastUntil: refusePastUntil}
 }

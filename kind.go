@@ -101,7 +101,7 @@ func (plainKind) acquire(resources []string, ttl time.Duration, _ *config) *plan
 func (k plainKind) won(*plan, *outcome) kind { return k }
 
 func (plainKind) extend(l *Lock, ttl time.Duration) *plan {
-	return newExtendPlan(l.resources, l.value, l.until(), ttl)
+	return extendPlanWith(l.resources, l.life.valueArg(l.value), l.until(), ttl)
 }
 
 func (plainKind) release(l *Lock, until time.Time) *plan {

@@ -739,6 +739,15 @@ func (lf *lockLife) valueArgs(value string) []any {
 	return []any{value}
 }
 
+// valueArg returns value as an argument: boxed by the winning attempt, or
+// now.
+func (lf *lockLife) valueArg(value string) any {
+	if lf.args != nil {
+		return lf.args[0]
+	}
+	return value
+}
+
 // over reports whether the lock can no longer be held: released, lost, or
 // past its expiration (the Waker forgets such holders).
 func (lf *lockLife) over() bool {
