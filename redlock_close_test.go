@@ -289,3 +289,31 @@ func TestCloseEndsAWaitingAcquire(t *testing.T) {
 		})
 	}
 }
+
+// Close returns within its bound when a subscription is reconnecting to a
+// node that accepts but never answers: go-redis's PubSub holds its lock
+// through the reconnection's handshake, which a client with no read
+// timeout waits for for ever (CI's run on b90c1ce hung 8 minutes in Close
+// after a partition, in TestLostTermEndsBeforeItsValidity).
+func TestCloseWithASubscriptionReconnectingToASilentNode(t *testing.T) {
+	t.Parallel()
+	p := newProxied(t, 3)
+	_, err := p.rl.Acquire(context.Background(), []string{"reconnecting"}, 10*time.Second)
+	require.NoError(t, err)
+	listening(t, p.rl, 3)
+	px := p.Proxies[0]
+	px.Set(redistest.Partition)
+	before := px.Accepted()
+	px.Cut() // the subscription's connection breaks; go-redis reconnects into the partition
+	require.Eventually(t, func() bool { return px.Accepted() > before }, 10*time.Second, time.Millisecond,
+		"the subscription reconnected through the partitioned proxy")
+	done := make(chan error, 1)
+	go func() { done <- p.rl.Close() }()
+	select {
+	case err := <-done:
+		t.Logf("Close: %v", err)
+	case <-time.After(10 * time.Second): // its bound is 1 s
+		t.Fatal("Close still waiting 10 s after it began (its bound: 1 s)")
+	}
+	px.Heal() // the handshake fails; the subscription's goroutine ends
+}

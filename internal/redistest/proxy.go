@@ -60,6 +60,7 @@ type Proxy struct {
 	up    atomic.Int64 // latency client → node, in ns
 	down  atomic.Int64 // latency node → client, in ns
 	dial  atomic.Int64 // a new connection's set-up, in ns (see SetDialLatency)
+	taken atomic.Int64 // connections accepted (see Accepted)
 
 	mu     sync.Mutex
 	ln     net.Listener // nil while refusing
@@ -202,8 +203,12 @@ func (p *Proxy) track(c net.Conn) bool {
 		return false
 	}
 	p.conns[c] = struct{}{}
+	p.taken.Add(1)
 	return true
 }
+
+// Accepted returns how many connections the proxy has accepted.
+func (p *Proxy) Accepted() int64 { return p.taken.Load() }
 
 func (p *Proxy) handle(client net.Conn) {
 	if !p.track(client) {

@@ -775,6 +775,13 @@ func (w *Waker) Close() (*flight.Flight, bool) {
 		w.changed = nil
 	}
 	w.mu.Unlock()
-	closeAll(subs)
+	// Closed aside, counted in the flight: go-redis's Close waits for a
+	// reconnection under way, which a node that accepts but never answers
+	// holds for ever (with no read timeout); the caller's wait is bounded.
+	w.running.Add()
+	go func() {
+		defer w.running.Done()
+		closeAll(subs)
+	}()
 	return &w.running, true
 }
