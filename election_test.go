@@ -89,7 +89,7 @@ func TestTermLifecycle(t *testing.T) {
 	assert.Equal(t, "pod-a", term.ID())
 	assert.Equal(t, "life", e.Name())
 	assert.NotZero(t, term.Number())
-	other, _ := ownRedlock(t, f, viaF)
+	other, _ := ownRedlock(t, f, viaF, roomy) // its first call sets up its connections: 100ms is short under load
 	l, err := other.Election("life").Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, redlock.Leader{ID: "pod-a", Term: term.Number()}, l)
