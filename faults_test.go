@@ -158,7 +158,7 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 		// No go-redis retries: a command on a connection to the old
 		// process fails at once instead of backing off past the node
 		// timeout (which would get the node skipped for a while).
-		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0))
+		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0), roomy)
 		ctx := context.Background()
 		first, err := c.rl.Acquire(ctx, []string{"{redlock}r"}, time.Minute)
 		require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestMajorityRestartWithDataLoss(t *testing.T) {
 
 	t.Run("delayed restart keeps it", func(t *testing.T) {
 		const ttl = 400 * time.Millisecond
-		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0))
+		c := newFixture(t, redistest.Setup{Nodes: 3, Client: &redis.Options{MaxRetries: -1}}, redlock.WithRetryCount(0), roomy)
 		ctx := context.Background()
 		first, err := c.rl.Acquire(ctx, []string{"{redlock}r"}, ttl)
 		require.NoError(t, err)
