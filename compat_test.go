@@ -184,8 +184,17 @@ func waitWoken(t *testing.T, holder, waiter *redlock.Redlock, keys []string, del
 		}
 		got <- err
 	}()
-	require.Eventually(t, func() bool { return redlock.QueuedWaiters(waiter, keys) == 1 && subscribed() },
-		10*time.Second, time.Millisecond, "the waiter queued and listening")
+	if !assert.Eventually(t, func() bool { return redlock.QueuedWaiters(waiter, keys) == 1 && subscribed() },
+		10*time.Second, time.Millisecond, "the waiter queued and listening") {
+		t.Fatalf("queued waiters %d, subscribed %v, the waiter's error so far: %v", redlock.QueuedWaiters(waiter, keys), subscribed(), func() error {
+			select {
+			case err := <-got:
+				return err
+			default:
+				return nil
+			}
+		}())
+	}
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
 	select {
