@@ -667,8 +667,8 @@ func (lf *lockLife) lostNodes(n int) []atomic.Bool {
 // hold makes l listen for release announcements of its own value (its
 // fair waiter's id too): one from any node ends the lock (forced). It
 // returns once the subscriptions on the nodes that granted it are
-// confirmed (or failed), within the node timeout and ctx: a force release
-// made when Acquire returned is heard. With WithWakeOnRelease(false) it
+// confirmed (or failed), within the node timeout, half the lock's validity
+// left and ctx: a force release made when Acquire returned is heard. With WithWakeOnRelease(false) it
 // opens no subscription: it hears them while another call's run.
 func (r *Redlock) hold(ctx context.Context, l *Lock, granted []int) {
 	tag, tag2 := l.value[:min(valueLen, len(l.value))], ""
@@ -696,7 +696,14 @@ func (r *Redlock) hold(ctx context.Context, l *Lock, granted []int) {
 	var timer *time.Timer
 	for ch := r.wake.Confirming(granted); ch != nil; ch = r.wake.Confirming(granted) {
 		if timer == nil {
-			timer = time.NewTimer(cfg.nodeTimeout)
+			// At most half of what is left of the lock's validity: the
+			// lock is returned valid (was: a 3s node timeout and a 500ms
+			// ttl returned it expired).
+			wait := min(cfg.nodeTimeout, time.Until(l.expiration)/2)
+			if wait <= 0 {
+				return
+			}
+			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		}
 		select {

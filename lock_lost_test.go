@@ -246,6 +246,26 @@ func TestFirstLockHearsItsForceRelease(t *testing.T) {
 	assert.Zero(t, missed, "of %d first locks force-released at once, %d went on (heard at their next extension)", rounds, missed)
 }
 
+// A first Acquire whose subscriptions are slow to confirm returns a valid
+// lock: its wait for them is at most half the validity left (a 3s node
+// timeout and a 500ms ttl returned a lock already expired, 4 of 4, found
+// by a helper's probe).
+func TestFirstAcquireReturnsAValidLock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: redistest.NoClientTimeouts}, redlock.WithNodeTimeout(3*time.Second))
+	_, err := f.rl.Inspect(context.Background(), "warm") // connections set up, no subscription yet
+	require.NoError(t, err)
+	for _, px := range f.Proxies {
+		px.SetDialLatency(2 * time.Second) // the subscriptions' new connections
+	}
+	l, err := f.rl.Acquire(context.Background(), []string{"valid-first"}, 500*time.Millisecond)
+	require.NoError(t, err)
+	assert.True(t, l.Valid(), "Acquire returned a lock already expired (%v ago)", -time.Until(l.Expiration()))
+	for _, px := range f.Proxies {
+		px.Cut()
+	}
+}
+
 // TestForceReleaseByValueEndsOnlyThatHolder: of two permits' holders (or
 // two readers), the one force-released by value ends at once; the other
 // goes on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,14 +29,16 @@ import (
 // Acquire that waits) end with [Redlock.Close]. It does not own the clients
 // given to New: closing them is the caller's job ([Open]'s are its own).
 type Redlock struct {
-	quorum  // the nodes, and the attempt that runs on them all
-	cfg     *config
-	wake    *wake.Waker             // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
-	workers flight.Flight           // every node worker and held release (see internal/lane)
-	servers lane.Servers            // which node is which server
-	terms   termSet                 // the live terms of its elections, which Close resigns
-	owned   []redis.UniversalClient // the clients Open made, which Close closes
-	closed  atomic.Bool             // set by Close: a call that takes something new is refused (see open)
+	quorum   // the nodes, and the attempt that runs on them all
+	cfg      *config
+	wake     *wake.Waker             // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
+	workers  flight.Flight           // every node worker and held release (see internal/lane)
+	servers  lane.Servers            // which node is which server
+	terms    termSet                 // the live terms of its elections, which Close resigns
+	owned    []redis.UniversalClient // the clients Open made, which Close closes
+	closed   atomic.Bool             // set by Close: a call that takes something new is refused (see open)
+	closing  sync.Once               // Close's work (see close)
+	closeErr error                   // what it returned
 }
 
 // New returns a Redlock over clients, one per independent Redis node (a
@@ -184,12 +187,21 @@ const closeWait = time.Second
 // clients that [Open] made. After Close, every call that takes something
 // new returns [ErrClosed] at once, sending nothing; Extend and Release of
 // the locks taken before are still sent. Close is idempotent and safe for
-// concurrent use; it returns an error when something still waited for a
-// silent node, and leaves no goroutine behind.
+// concurrent use (every call returns once the first has, with its result);
+// it returns an error when something still waited for a silent node, and
+// leaves no goroutine behind.
 func (r *Redlock) Close() error {
 	if r == nil || r.wake == nil { // nil, or not made by New
 		return nil
 	}
+	// A second call waits for the first (it returned nil at once while the
+	// first still waited for a silent node).
+	r.closing.Do(func() { r.closeErr = r.close() })
+	return r.closeErr
+}
+
+// close is Close's work, done once.
+func (r *Redlock) close() error {
 	r.closed.Store(true) // nothing new from here on: what Close waits for only ends
 	// One deadline for everything Close waits for, its terms included.
 	wait := max(closeWait, 2*r.cfg.nodeTimeout)
