@@ -54,7 +54,9 @@ func (ns announcers) Shared() []wake.Source {
 	var out []wake.Source
 	for i, nd := range ns {
 		if !nd.IsCluster() {
-			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ReleasedChannel, false) }, Sick: nd.Lane("", false).Sick, Node: i})
+			ln := nd.Lane("", false)
+			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ReleasedChannel, false) },
+				Sick: ln.Sick, Probe: func() { probe(ln, nil) }, Node: i})
 		}
 	}
 	return out
@@ -66,8 +68,24 @@ func (ns announcers) PerKey(key string) []wake.Source {
 	var out []wake.Source
 	for i, nd := range ns {
 		if nd.IsCluster() {
-			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ch, true) }, Sick: nd.Lane(key, false).Sick, Node: i})
+			ln := nd.Lane(key, false)
+			out = append(out, wake.Source{Open: func(ctx context.Context) driver.Subscription { return nd.Subscribe(ctx, ch, true) },
+				Sick: ln.Sick, Probe: func() { probe(ln, []string{key}) }, Node: i})
 		}
 	}
 	return out
 }
+
+// probe asks ln's node whether it answers again (lane.Lane.Probe): keys
+// route it to a Cluster shard.
+func probe(ln *lane.Lane, keys []string) {
+	ln.Probe(&lane.Call{Kind: lane.Write, Hash: script.Probe.Hash, Src: script.Probe.Src, Keys: keys, H: probing{}})
+}
+
+// probing is a probe's Handler: its answer only closes the lane's breaker.
+type probing struct{}
+
+func (probing) Sendable() bool     { return true }
+func (probing) Done(lane.Result)   {}
+func (probing) Silent(lane.Result) {}
+func (probing) Held() *lane.Call   { return nil }

@@ -308,3 +308,43 @@ func TestNewcomerJoinsTheQueue(t *testing.T) {
 	}
 	assert.Equal(t, []string{"head", "newcomer"}, got, "first come, first served")
 }
+
+// A waiter whose first attempt met silent nodes (their breakers open) is
+// still woken by the release once the nodes answer again: its subscriptions
+// there probe the nodes rather than wait for a call, which its retry delay
+// of an hour would not make before then. (They waited for one: a Cluster
+// waiter on a loaded machine never subscribed, compat's SSUBSCRIBE check.)
+func TestWaiterHearsNodesWhoseBreakersOpened(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: redistest.NoClientTimeouts})
+	holder, _ := ownRedlock(t, f, direct)
+	ctx := context.Background()
+	held, err := holder.Acquire(ctx, []string{"{redlock}bo"}, time.Minute)
+	require.NoError(t, err)
+	for _, p := range f.Proxies {
+		p.Set(redistest.DropReplies)
+	}
+	tried := make(chan struct{}, 1)
+	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		t.Logf("attempt %d: for %v against %v", a.Number, a.Stats.VotesFor, a.Stats.VotesAgainst)
+		select {
+		case tried <- struct{}{}:
+		default:
+		}
+	}, Wait: func(w redlock.WaitInfo) { t.Logf("waited %v woken %v", w.Waited, w.Woken) }}
+	got, fail, _ := waitFor(f.rl, "{redlock}bo", redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
+	select {
+	case <-tried: // no answer within the node timeout: the breakers are open
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's first attempt did not end")
+	}
+	for _, p := range f.Proxies {
+		p.Heal()
+	}
+	queued(t, f.rl, "{redlock}bo", 1, f.Peek...)
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	l := awaitLock(t, got, fail, 10*time.Second, "the waiter (retry delay 1h) was not woken by the release")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}

@@ -63,6 +63,10 @@ type run struct {
 	waits    bool            // the call may wait for a release announcement
 	wt       *wake.Waiter    // its place among the waiters, once it waits
 	window   time.Time       // free wakes end here
+	// carry is when a wake stops carrying over: an attempt it made that
+	// open breakers kept from nodes is made again once they let a call
+	// through (a node timeout), not after the retry delay, until then.
+	carry time.Time
 }
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
@@ -155,7 +159,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// slept the retry delay, 100-300 ms, to learn it).
 			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
 		}
-		s := c.pause(p, len(st.VotesFor) > 0)
+		s := c.pause(p, len(st.VotesFor) > 0, notSent(st))
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
@@ -275,22 +279,45 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 // pause waits between attempts: the retry delay, or until a release wakes
 // the call. split: the attempt got some votes for, yet no quorum (another
 // waiter took the rest).
-func (c *run) pause(p *plan, split bool) slept {
+func (c *run) pause(p *plan, split, denied bool) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
 	}
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
+	// A wake whose attempt met open breakers (nodes not asked) carries
+	// over: the next attempt goes when they let a call through again.
+	carried := denied && c.wt != nil && paused.Before(c.carry) && d > c.cfg.nodeTimeout
+	if carried {
+		d = c.cfg.nodeTimeout
+	}
 	if p.freshValue && split && spread {
 		s = sleepOrWakeSpread(c.ctx, d, c.wt.C())
 	} else {
 		s = sleepOrWake(c.ctx, d, c.wt.C())
 	}
+	switch {
+	case s.woken:
+		c.carry = time.Now().Add(retryDelay(c.cfg))
+	case carried && s.alive:
+		s.woken = true
+	}
 	if obs := c.cfg.observer; obs != nil && obs.Wait != nil {
 		safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
 	}
 	return s
+}
+
+// notSent reports whether an open breaker kept the attempt from a node.
+func notSent(st ExecutionStats) bool {
+	for _, v := range st.VotesAgainst {
+		var te *NodeTimeoutError
+		if errors.As(v.Err, &te) && te.CircuitOpen {
+			return true
+		}
+	}
+	return false
 }
 
 // fail ends the call with e. A failed Acquire returns once its cleanup has

@@ -138,6 +138,23 @@ func (l *Lane) Sick() bool {
 	return l.state != closed || !l.out.IsZero() && time.Since(l.out) > l.base/2
 }
 
+// Probe sends c as the breaker's probe when the circuit is not closed, a
+// probe may go (see admit) and nothing else is queued or being sent: a
+// lane that no call uses (the node of a subscription waiting for it to
+// answer) closes once its node answers, rather than when the next call
+// comes. It reports whether c was sent.
+func (l *Lane) Probe(c *Call) bool {
+	l.mu.Lock()
+	idle := l.state != closed && !l.probing && !l.working && len(l.queue) == 0 &&
+		!(l.state == open && (l.parked >= MaxParked || time.Now().Before(l.retryAt)))
+	l.mu.Unlock()
+	if !idle || l.owner.Stopped() {
+		return false
+	}
+	l.Submit(c)
+	return true
+}
+
 // admit returns nil when a new call may queue, or the reason it may not.
 // Called with mu held.
 func (l *Lane) admit(now time.Time) error {

@@ -187,6 +187,36 @@ func TestBreakerParksAtMostMaxParked(t *testing.T) {
 	}
 }
 
+// Probe closes a lane that no call uses once its node answers: refused
+// while the breaker waits (open, before its retry time) or a probe is out,
+// sent after; the hung batch ends too. (A subscription waited for a call
+// that its waiters' retry delay of an hour would not make.)
+func TestProbeClosesAnIdleLane(t *testing.T) {
+	g := &gate{}
+	l, owner := newLane(t, g)
+	assert.False(t, l.Probe(&Call{Kind: Write, Keys: []string{"k"}, H: newRecorder()}), "closed: no probe")
+	g.close()
+	hung := submit(l, Write)
+	require.Eventually(t, func() bool { return hung.silent.Load() == 1 }, 5*time.Second, time.Millisecond)
+	rounds := g.rounds.Load()
+	assert.False(t, l.Probe(&Call{Kind: Write, Keys: []string{"k"}, H: newRecorder()}), "open, before its retry time")
+	time.Sleep(base + 10*time.Millisecond)
+	p := newRecorder()
+	require.True(t, l.Probe(&Call{Kind: Write, Keys: []string{"k"}, H: p}), "open, past its retry time")
+	require.Eventually(t, func() bool { return g.rounds.Load() == rounds+1 }, 5*time.Second, time.Millisecond, "the probe is sent")
+	assert.False(t, l.Probe(&Call{Kind: Write, Keys: []string{"k"}, H: newRecorder()}), "a probe is out")
+	assert.True(t, l.Sick())
+	g.open()
+	assert.NoError(t, p.result(t).Err)
+	assert.NoError(t, hung.result(t).Err)
+	assert.False(t, l.Sick(), "closed by the probe's answer")
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a worker is left")
+	}
+}
+
 // A Release refused by an open breaker fails at once, and its Held copy is
 // sent when the node answers again.
 func TestHeldReleaseIsSentWhenTheNodeAnswers(t *testing.T) {

@@ -20,6 +20,7 @@ var generated = map[string]*Script{
 	"PermitCleanup":  PermitCleanup,
 	"PermitExtend":   PermitExtend,
 	"PermitRelease":  PermitRelease,
+	"Probe":          Probe,
 	"Release":        Release,
 	"ReleaseSharded": ReleaseSharded,
 	"Scan":           Scan,

@@ -271,8 +271,14 @@ func newScript(src string) *Script {
 	return &Script{Src: src, Hash: hashes[fp.Sum64()]}
 }
 
+// probeSrc answers 1: a lane's probe of a silent node that no other call
+// would ask (see lane.Lane.Probe). Its KEYS, when given, only route it to
+// a Cluster shard.
+const probeSrc = `return 1`
+
 // The scripts.
 var (
+	Probe          = newScript(probeSrc)
 	Acquire        = newScript(acquireSrc)
 	Extend         = &Script{Src: extendSrc, Hash: newScript(extendSrc).Hash, Restores: true}
 	Release        = newScript(releaseSrc)

@@ -35,7 +35,10 @@ var unknownRetry = time.Minute
 type Source struct {
 	Open func(context.Context) driver.Subscription
 	Sick func() bool
-	Node int // which node it hears (see Handed)
+	// Probe, when not nil, asks the node whether it answers again, while
+	// Sick says it looks silent (nil: a later call will).
+	Probe func()
+	Node  int // which node it hears (see Handed)
 }
 
 // Nodes says which subscriptions a Waker opens.
@@ -533,7 +536,7 @@ func (w *Waker) watchKey(key string) {
 // again after ResubscribeAfter; its waiters meanwhile rely on the delay. So
 // is a node (a Cluster shard) whose circuit is open: connecting to a node
 // that does not answer would park this goroutine in the client, out of
-// reach of Close. Every time the subscription starts again after its
+// reach of Close; the source's Probe asks it meanwhile whether it answers. Every time the subscription starts again after its
 // first start, it wakes the heads it serves (every group's, or key's
 // groups' for a per-key one): what the node announced in the gap was not
 // heard. Called with mu held.
@@ -550,6 +553,11 @@ func (w *Waker) listen(src Source, key string) *sub {
 				w.mu.Lock()
 				w.settle(s, false)
 				w.mu.Unlock()
+				if src.Probe != nil {
+					// No call may come before the waiters' retry delay
+					// (an hour for some): the subscription asks itself.
+					src.Probe()
+				}
 				pause(ctx, ResubscribeAfter)
 				continue
 			}

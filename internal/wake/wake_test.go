@@ -20,10 +20,20 @@ import (
 type node struct {
 	c    *redis.Client
 	sick atomic.Bool
+	// probes counts the Source's probes; with heals set, a probe ends
+	// sick (the node answered it).
+	probes atomic.Int32
+	heals  bool
 }
 
 func (n *node) Shared() []Source {
-	return []Source{{Open: func(ctx context.Context) driver.Subscription { return driver.GoRedis(n.c).Subscribe(ctx, "rel", false) }, Sick: n.sick.Load}}
+	return []Source{{Open: func(ctx context.Context) driver.Subscription { return driver.GoRedis(n.c).Subscribe(ctx, "rel", false) }, Sick: n.sick.Load,
+		Probe: func() {
+			n.probes.Add(1)
+			if n.heals {
+				n.sick.Store(false)
+			}
+		}}}
 }
 
 func (n *node) PerKey(string) []Source { return nil }
@@ -109,6 +119,22 @@ func TestSickNodeIsNotSubscribed(t *testing.T) {
 	subscribed(t, n, 0)
 	n.sick.Store(false)
 	subscribed(t, n, 1) // within ResubscribeAfter
+	n.announce(t, "vvvv", "a")
+	assert.True(t, woken(wt, 5*time.Second))
+	w.Leave(wt, true)
+	subs, _ := w.Close()
+	<-subs.Wait()
+}
+
+// A node that looks silent is probed by its subscription, which opens as
+// soon as the probe says it answers: no call need come first.
+func TestSickNodeIsProbed(t *testing.T) {
+	n := &node{c: redistest.StartNode(t).Client(), heals: true}
+	n.sick.Store(true)
+	w := New(n, 4, "~")
+	wt := w.Join([]string{"a"}, false, nil, "")
+	subscribed(t, n, 1)
+	assert.Equal(t, int32(1), n.probes.Load())
 	n.announce(t, "vvvv", "a")
 	assert.True(t, woken(wt, 5*time.Second))
 	w.Leave(wt, true)
