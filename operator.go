@@ -64,8 +64,9 @@ type Holder struct {
 	Identity string        // who took it ([WithIdentity]); "" when its value records none
 	TTL      time.Duration // the longest a node that holds it has left
 	// Token is, for a fenced lock, the highest fencing counter of the nodes
-	// that hold it: its token, or above when a later attempt raised the
-	// counter; for an election, the term. 0 otherwise.
+	// that hold it: its token, or above when another attempt (a failed
+	// one of the same call too) raised the counter; for an election, the
+	// term. 0 otherwise.
 	Token    uint64
 	Nodes    int  // how many nodes hold it
 	OnQuorum bool // a quorum of nodes holds it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,10 @@ import (
 // end before the end of its validity as the library computed it (its
 // observer): one that ends after it fails the harness.
 
+// safetyElections is how many elections TestSafety runs.
+var safetyElections = 2
+
 const (
-	safetyElections  = 2
 	safetyCandidates = 3                      // per election, each its own Redlock
 	termTTL          = safetyTTL              // the delayed restart of a killed node covers terms too
 	termThreshold    = 300 * time.Millisecond // extended when less than this is left
@@ -64,11 +67,45 @@ const (
 type leaderVisit struct {
 	ctx    context.Context // the term's: live while it leads by its own account
 	number uint64          // the term's number, set before fn begins
+	id     string          // its candidate's
+	// entered is when fn began (Unix ns); log is what the term's calls
+	// did, as its observer saw them, printed when it overlaps another.
+	entered atomic.Int64
+	logMu   sync.Mutex
+	log     []string
 	// valid is the end (Unix ns) of the validity of the term's newest
 	// grant or extension, as the library computed it (its observer).
 	valid atomic.Int64
 	ended atomic.Int64 // when ctx was seen to end (Unix ns); 0 until then
 }
+
+// note adds an event to v's log, stamped relative to the harness's start.
+func (v *leaderVisit) note(format string, args ...any) {
+	v.logMu.Lock()
+	defer v.logMu.Unlock()
+	if len(v.log) < 64 {
+		v.log = append(v.log, fmt.Sprintf("%s ", time.Since(harnessStart).Round(10*time.Microsecond))+fmt.Sprintf(format, args...))
+	}
+}
+
+// describe is v's account of itself, for an overlap's report.
+func (v *leaderVisit) describe() string {
+	v.logMu.Lock()
+	defer v.logMu.Unlock()
+	ended, cause := "live", ""
+	if e := v.ended.Load(); e != 0 {
+		ended = fmt.Sprintf("ended at %v", time.Unix(0, e).Sub(harnessStart).Round(10*time.Microsecond))
+	}
+	if v.ctx != nil && v.ctx.Err() != nil {
+		cause = fmt.Sprint(context.Cause(v.ctx))
+	}
+	valid := time.Unix(0, v.valid.Load()).Sub(harnessStart).Round(10 * time.Microsecond)
+	return fmt.Sprintf("%s term %d entered %v, valid to %v, %s %s:\n    %s", v.id, v.number,
+		time.Unix(0, v.entered.Load()).Sub(harnessStart).Round(10*time.Microsecond), valid, ended, cause, strings.Join(v.log, "\n    "))
+}
+
+// harnessStart is the origin of the visits' logs.
+var harnessStart = time.Now()
 
 // seenEnded records now as the end of v's context, unless an earlier time
 // was recorded, and returns the recorded time.
@@ -200,20 +237,33 @@ func (c *campaigner) run(ctx context.Context) {
 		if c.n < 2 && c.el.h.cancelEarly.Load() {
 			cctx, cancel = context.WithTimeout(ctx, time.Duration(c.rng.IntN(20000))*time.Microsecond)
 		}
-		v := &leaderVisit{}
+		v := &leaderVisit{id: c.id}
 		// The observer gives the term's number to Lead's fn (which gets
-		// no Term), and the validity of its grant and of each extension.
+		// no Term), and the validity of its grant and of each extension;
+		// and keeps the term's log (an acquire's only once it won).
 		obs := redlock.WithObserver(&redlock.Observer{
 			Attempt: func(a redlock.AttemptInfo) {
 				if a.Won && (a.Op == redlock.OpAcquire || a.Op == redlock.OpExtend) {
 					v.valid.Store(a.Stats.Start.Add(a.Validity).UnixNano())
+				}
+				if a.Op != redlock.OpAcquire || a.Won {
+					against := make([]string, 0, len(a.Stats.VotesAgainst))
+					for _, ne := range a.Stats.VotesAgainst {
+						against = append(against, fmt.Sprintf("%d: %.60s", ne.Node, ne.Err))
+					}
+					v.note("%v #%d began %v took %v won=%v late=%v for=%v against=%v", a.Op, a.Number,
+						a.Stats.Start.Sub(harnessStart).Round(10*time.Microsecond), a.Took.Round(10*time.Microsecond), a.Won, a.Stats.Late, a.Stats.VotesFor, against)
 				}
 			},
 			Done: func(ci redlock.CallInfo) {
 				if ci.Op == redlock.OpAcquire && ci.Err == nil {
 					v.number = ci.Token
 				}
+				if ci.Op != redlock.OpAcquire || ci.Err == nil {
+					v.note("%v done (%d tries) err=%.200v", ci.Op, ci.Tries, ci.Err)
+				}
 			},
+			Lost: func(li redlock.LostInfo) { v.note("lost: %.200v", li.Err) },
 		})
 		hold := c.hold()
 		cut := false
@@ -270,12 +320,13 @@ func (c *campaigner) leads(ctx context.Context, v *leaderVisit, hold time.Durati
 		ps.mu.Unlock()
 		return false
 	}
-	context.AfterFunc(ctx, func() { v.seenEnded() })
+	v.entered.Store(entered.UnixNano())
+	context.AfterFunc(ctx, func() { v.seenEnded(); v.note("context ended: %v", context.Cause(ctx)) })
 	// Another leader inside, whose term is live by its own account, is two
 	// leaders at once.
-	overlap := false
+	overlap, note := false, ""
 	if prev := w.inside.Swap(v); prev != nil && prev.ctx.Err() == nil {
-		overlap = true
+		overlap, note = true, "entered while another led:\n  "+prev.describe()+"\n  "
 	}
 	orderViolation := false
 	for {
@@ -321,7 +372,7 @@ func (c *campaigner) leads(ctx context.Context, v *leaderVisit, hold time.Durati
 	}
 	t.Stop()
 	if cur := w.inside.Load(); cur != v && cur != nil && cur.ctx.Err() == nil && ctx.Err() == nil {
-		overlap = true
+		overlap, note = true, note+"another entered while it led:\n  "+cur.describe()+"\n  "
 	}
 	w.inside.CompareAndSwap(v, nil)
 
@@ -331,6 +382,7 @@ func (c *campaigner) leads(ctx context.Context, v *leaderVisit, hold time.Durati
 	ps.terms++
 	if overlap {
 		ps.termOverlaps++
+		ps.overlapNotes = append(ps.overlapNotes, fmt.Sprintf("%s: %s\n  %s", w.name, note, v.describe()))
 	}
 	if orderViolation {
 		ps.termOrder++
