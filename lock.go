@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/script"
 	"github.com/go-redlock/redlock/internal/wake"
 )
@@ -333,7 +334,9 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, o.err
 	}
 	for i := range p.ext.lost {
-		p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
+		if p.ext.drops[i].Idle() { // a drop still out may land after any write
+			p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
+		}
 	}
 	lock.extended.Store(true)
 	nl := &Lock{
@@ -492,6 +495,12 @@ type lockLife struct {
 	// lost marks the nodes whose keys an extension wrote back, until an
 	// extension wins without them (see extension); made by lostNodes.
 	lostOn []atomic.Bool
+	// drops counts, per node, the drops of the lock (dropOn) not yet
+	// answered: such a node stays lost, since its drop may land after a
+	// later extension's write (made with lostOn). extSeq numbers the
+	// Extend calls, under mu: only the newest drops anything.
+	drops  []flight.Flight
+	extSeq uint64
 	// Under mu: holder is the lock's place among the Waker's holders (see
 	// hold); forcedErr and lostCh, the force release heard.
 	holder    *wake.Holder
@@ -572,7 +581,10 @@ func (lf *lockLife) extendedTo(t time.Time) {
 
 // extension is one Extend call's record of the nodes that lost its lock.
 type extension struct {
-	lost    []atomic.Bool // the lock's (lockLife.lostOn)
+	lost    []atomic.Bool   // the lock's (lockLife.lostOn)
+	drops   []flight.Flight // the lock's (lockLife.drops)
+	life    *lockLife
+	seq     uint64        // its number among the lock's Extend calls (lockLife.extSeq)
 	unknown []atomic.Bool // the call's: sent, and no answer came in an attempt not won
 	// restores: a node answered that it had lost the lock's keys in this
 	// call; then a node whose answer was lost may have written them back
@@ -591,6 +603,12 @@ type extension struct {
 // was decided for already, so a write-back there is the spread the lock
 // keeps. sent: the call went out (an error then leaves its effect unknown).
 func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) error {
+	if x.failed.Load() && x.superseded() {
+		// A later Extend of the lock is out or won: it counted what this
+		// answer says on its own, and a drop now could delete a key it
+		// counted (a node whose answer came late to a failed Extend).
+		return err
+	}
 	switch {
 	case rep.Restored && !won:
 		x.restores.Store(true)
@@ -635,33 +653,59 @@ func (x *extension) failedFor(n int, expired bool) {
 	}
 }
 
+// superseded reports whether a later Extend of the lock began.
+func (x *extension) superseded() bool {
+	x.life.mu.Lock()
+	defer x.life.mu.Unlock()
+	return x.life.extSeq != x.seq
+}
+
 // newExtension returns the record of p, an Extend of lock under cfg.
 func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
-	return &extension{lost: lock.life.lostNodes(r.size()), unknown: make([]atomic.Bool, r.size()),
-		drop: func(i int) { r.dropOn(lock, cfg, p, i) }}
+	lf := lock.life
+	lost, drops := lf.lostNodes(r.size())
+	lf.mu.Lock()
+	lf.extSeq++
+	x := &extension{lost: lost, drops: drops, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
+	lf.mu.Unlock()
+	x.drop = func(i int) {
+		// Only the newest Extend drops, and a later one counts the node
+		// lost until the drop is answered: no drop lands after a write
+		// that an extension counted.
+		lf.mu.Lock()
+		if lf.extSeq != x.seq {
+			lf.mu.Unlock()
+			return
+		}
+		lost[i].Store(true)
+		drops[i].Add()
+		lf.mu.Unlock()
+		r.dropOn(lock, cfg, p, i, &drops[i])
+	}
+	return x
 }
 
 // dropOn releases p's lock on node i, sent on its own, with the kind's
 // cleanup (only its own value, announcing nothing: the lock's holder would
 // take an announcement of its value for a force release): a failed
 // extension's write-back, or what is left of a lock gone from a quorum.
-func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int) {
+func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int, pending *flight.Flight) {
 	s, keys, args := script.Cleanup, p.res, []any{lock.value}
 	if p.undo != nil {
 		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
 	}
-	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, nil)
+	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension
-// wrote back (see extension), made on first use.
-func (lf *lockLife) lostNodes(n int) []atomic.Bool {
+// wrote back (see extension), and of its drops out, made on first use.
+func (lf *lockLife) lostNodes(n int) ([]atomic.Bool, []flight.Flight) {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	if lf.lostOn == nil {
-		lf.lostOn = make([]atomic.Bool, n)
+		lf.lostOn, lf.drops = make([]atomic.Bool, n), make([]flight.Flight, n)
 	}
-	return lf.lostOn
+	return lf.lostOn, lf.drops
 }
 
 // hold makes l listen for release announcements of its own value (its

@@ -506,3 +506,51 @@ func TestExpiredHoldersAreForgotten(t *testing.T) {
 	}
 	assert.LessOrEqual(t, redlock.Holding(f.rl), 2100, "the expired locks' holders are swept (4,100 when kept)")
 }
+
+// A failed extension's answers that come after a later extension won drop
+// nothing that the later one counted. Five nodes hold the lock; node 4
+// lost its key; nodes 2-4 answer the first Extend late (past the node
+// timeout: it fails with two votes), node 4 first. The second Extend,
+// 150ms later, is answered at once by nodes 2-4 on new connections (0 and
+// 1 are slower now), and wins on them (node 4 holds the value the first
+// wrote back). When the first's answers came, node 4's "restored" marked
+// the others lost, and they dropped the lock from nodes 2-4: it was held
+// on 2 nodes of 5 while its handle was valid, and another caller took it.
+func TestLateAnswersOfAFailedExtendDropNothingCounted(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"late"}, 5*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(f, "late", l.Value()) == 5 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, f.Peek[4].Del(ctx, "late").Err())
+	f.Proxies[2].SetLatency(0, 500*time.Millisecond)
+	f.Proxies[3].SetLatency(0, 500*time.Millisecond)
+	f.Proxies[4].SetLatency(0, 350*time.Millisecond)
+	_, err = l.Extend(ctx, 5*time.Second, redlock.WithRetryCount(0))
+	require.Error(t, err, "two votes of five in time")
+	for i, p := range f.Proxies {
+		p.SetLatency(0, []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, 0, 0, 0}[i])
+	}
+	time.Sleep(150 * time.Millisecond) // the breakers let a probe through
+	next, err := l.Extend(ctx, 5*time.Second, redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	t.Logf("the second Extend won on nodes %v", next.Attempts()[0].VotesFor)
+	time.Sleep(600 * time.Millisecond) // the first Extend's answers came
+	require.True(t, next.Valid())
+	assert.GreaterOrEqual(t, holders(f, "late", l.Value()), 3, "nodes that hold the lock its valid handle says it holds")
+	other, _ := ownRedlock(t, f, direct)
+	_, err = other.Acquire(ctx, []string{"late"}, time.Second, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "another caller takes a lock whose handle is valid")
+}
+
+// holders counts the nodes on which key holds value.
+func holders(f *fixture, key, value string) int {
+	n := 0
+	for _, p := range f.Peek {
+		if p.Get(context.Background(), key).Val() == value {
+			n++
+		}
+	}
+	return n
+}

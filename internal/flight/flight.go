@@ -34,6 +34,9 @@ func (f *Flight) Done() {
 	}
 }
 
+// Idle reports whether nothing is counted.
+func (f *Flight) Idle() bool { return f.n.Load() == 0 }
+
 // Wait returns a channel closed once nothing is counted.
 func (f *Flight) Wait() <-chan struct{} {
 	f.mu.Lock()
