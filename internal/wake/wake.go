@@ -96,8 +96,10 @@ type Waker struct {
 	// waiters wait their retry delay.
 	unknown map[int]time.Time
 	// changed is closed, and replaced, when a shared subscription is
-	// confirmed or fails (see Confirming); nil until asked for.
+	// confirmed or fails (see Confirming); nil until asked for. asking
+	// counts the shared subscriptions asked for and not yet settled.
 	changed chan struct{}
+	asking  int
 	// holders are the held locks that listen for announcements of their
 	// own values, by value (its first valueLen bytes); holds counts Hold
 	// calls since the last sweep of holders that are over.
@@ -189,6 +191,9 @@ func (w *Waker) Start() {
 func (w *Waker) Confirming(nodes []int) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.asking == 0 { // the common case: every subscription settled
+		return nil
+	}
 	for s := range w.subs {
 		if s.shared && s.asked && slices.Contains(nodes, s.node) {
 			if w.changed == nil {
@@ -200,9 +205,20 @@ func (w *Waker) Confirming(nodes []int) <-chan struct{} {
 	return nil
 }
 
+// ask records that s was asked for. Called with mu held.
+func (w *Waker) ask(s *sub) {
+	if s.shared && !s.asked {
+		w.asking++
+	}
+	s.asked = true
+}
+
 // settle records that s was confirmed (heard) or failed, and tells
 // Confirming's callers. Called with mu held.
 func (w *Waker) settle(s *sub, heard bool) {
+	if s.shared && s.asked {
+		w.asking--
+	}
 	s.heard, s.asked = heard, false
 	if w.changed != nil {
 		close(w.changed)
@@ -542,7 +558,8 @@ func (w *Waker) watchKey(key string) {
 // heard. Called with mu held.
 func (w *Waker) listen(src Source, key string) *sub {
 	ctx, cancel := context.WithCancel(w.ctx)
-	s := &sub{cancel: cancel, shared: key == "", node: src.Node, asked: true}
+	s := &sub{cancel: cancel, shared: key == "", node: src.Node}
+	w.ask(s)
 	w.subs[s] = struct{}{}
 	w.running.Add()
 	go func() {
@@ -562,7 +579,7 @@ func (w *Waker) listen(src Source, key string) *sub {
 				continue
 			}
 			w.mu.Lock()
-			s.asked = true
+			w.ask(s)
 			w.mu.Unlock()
 			ps := src.Open(ctx)
 			w.mu.Lock()
