@@ -348,3 +348,37 @@ func TestWaiterHearsNodesWhoseBreakersOpened(t *testing.T) {
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
 }
+
+// A wake whose attempts open breakers keep from a dead majority carries
+// over a few times, not for the whole retry delay: a waiter with an hour's
+// delay, woken once while every call to 3 of 5 nodes is refused (each
+// breaker's parked workers at their bound), made 10 attempts a second.
+func TestWokenWaiterOnADeadMajorityStaysQuiet(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	holder, _ := ownRedlock(t, f, direct)
+	ctx := context.Background()
+	held, err := holder.Acquire(ctx, []string{"{redlock}dead"}, time.Minute)
+	require.NoError(t, err)
+	for _, p := range f.Proxies[:3] {
+		p.Set(redistest.Partition)
+	}
+	var attempts atomic.Int64
+	obs := &redlock.Observer{Attempt: func(redlock.AttemptInfo) { attempts.Add(1) }}
+	_, _, _ = waitFor(f.rl, "{redlock}dead", redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
+	require.Eventually(t, func() bool { return redlock.QueuedWaiters(f.rl, []string{"{redlock}dead"}) == 1 }, 10*time.Second, time.Millisecond)
+	for range 6 { // workers parked on each silent node, up to the bound: its breaker refuses every call
+		_, _ = f.rl.Acquire(ctx, []string{"other"}, time.Second, redlock.WithRetryCount(0))
+		time.Sleep(150 * time.Millisecond)
+	}
+	before := attempts.Load()
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second)
+	n := attempts.Load() - before
+	t.Logf("attempts in the 3 s after one release: %d", n)
+	assert.LessOrEqual(t, n, int64(2*(1+redlock.MaxCarries)), "a waiter with an hour's delay, woken once")
+	for _, p := range f.Proxies {
+		p.Heal()
+	}
+}

@@ -825,7 +825,14 @@ func (as *attemptState) clean(i int) {
 // on its own, for resources (the first routes it) with KEYS keys and ARGV
 // args; pending, when set, is told once it is answered.
 func sendCleanup(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight) {
-	rc := &releaseCall{s: s, cfg: cfg, node: nd, pending: pending, resources: len(resources)}
+	sendCleanupDoubted(cfg, nd, s, resources, keys, args, acked, pending, nil)
+}
+
+// sendCleanupDoubted is sendCleanup whose doubt, when not nil, is called
+// when the release got no reply and is sent again (lane.Doubter): its
+// first copy may still land at any time.
+func sendCleanupDoubted(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight, doubt *atomic.Bool) {
+	rc := &releaseCall{s: s, cfg: cfg, node: nd, pending: pending, resources: len(resources), doubt: doubt}
 	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
 	nd.Lane(resources[0], acked).Submit(&rc.Call)
 }
@@ -853,6 +860,14 @@ type releaseCall struct {
 	resources int // how many resources its KEYS stand for
 	deleted   *atomic.Bool
 	pending   *flight.Flight // a failed attempt's cleanups: done once answered or given up
+	doubt     *atomic.Bool   // set when it got no reply and is sent again (see Unanswered)
+}
+
+// Unanswered implements lane.Doubter.
+func (rc *releaseCall) Unanswered() {
+	if rc.doubt != nil {
+		rc.doubt.Store(true)
+	}
 }
 
 func (rc *releaseCall) Sendable() bool     { return true }

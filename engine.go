@@ -65,9 +65,17 @@ type run struct {
 	window   time.Time       // free wakes end here
 	// carry is when a wake stops carrying over: an attempt it made that
 	// open breakers kept from nodes is made again once they let a call
-	// through (a node timeout), not after the retry delay, until then.
-	carry time.Time
+	// through (a node timeout), not after the retry delay, until then
+	// (and never past the window), at most maxCarries times; carries
+	// counts them since the wake.
+	carry   time.Time
+	carries int
 }
+
+// maxCarries bounds the attempts a wake carries over (see run.carry): a
+// breaker lets a probe through a node timeout after it opened, so the
+// second finds the node if it answers; past that, nothing would get through.
+const maxCarries = 3
 
 // execute runs p until an attempt succeeds, the retries are used up, ctx
 // ends, or the outcome cannot change by retrying (the lock lost for good, or
@@ -288,9 +296,10 @@ func (c *run) pause(p *plan, split, denied bool) slept {
 	d, spread := p.hook().pause(retryDelay(c.cfg))
 	// A wake whose attempt met open breakers (nodes not asked) carries
 	// over: the next attempt goes when they let a call through again.
-	carried := denied && c.wt != nil && paused.Before(c.carry) && d > c.cfg.nodeTimeout
+	carried := denied && c.wt != nil && paused.Before(c.carry) && c.carries < maxCarries && d > c.cfg.nodeTimeout
 	if carried {
 		d = c.cfg.nodeTimeout
+		c.carries++
 	}
 	if p.freshValue && split && spread {
 		s = sleepOrWakeSpread(c.ctx, d, c.wt.C())
@@ -299,7 +308,10 @@ func (c *run) pause(p *plan, split, denied bool) slept {
 	}
 	switch {
 	case s.woken:
-		c.carry = time.Now().Add(retryDelay(c.cfg))
+		c.carry, c.carries = time.Now().Add(retryDelay(c.cfg)), 0
+		if c.cfg.retryCount >= 0 && c.window.Before(c.carry) {
+			c.carry = c.window // carried attempts are free: only inside the window
+		}
 	case carried && s.alive:
 		s.woken = true
 	}

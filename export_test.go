@@ -24,3 +24,6 @@ func Holding(r *Redlock) int { return r.wake.Holding() }
 // Listening returns how many nodes r's shared release subscription is
 // confirmed and open on.
 func Listening(r *Redlock) int { return r.wake.Listening() }
+
+// MaxCarries bounds the attempts a wake carries over past open breakers.
+const MaxCarries = maxCarries

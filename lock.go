@@ -318,23 +318,27 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		*out = o
 	}
 	if o.err != nil {
-		lock.life.endExtend(lock.cut.Load())
+		lock.life.endExtend(lock.cut.Load(), ttl)
 		lock.extending.Store(false)
 		expired := errors.Is(o.err, ErrLockExpired)
+		if expired {
+			// Gone from a quorum, or its validity over: the lock is lost
+			// (before its drops: a late answer of an earlier Extend then
+			// drops what it wrote).
+			lock.life.gone.Store(true)
+		}
 		if o.tries > 0 {
 			// What it wrote back goes; all of the lock when it is lost.
 			p.ext.failedFor(r.size(), expired)
 		}
 		if expired {
-			// Gone from a quorum, or its validity over: the lock is lost.
-			lock.life.gone.Store(true)
 			r.unhold(lock.life)
 			lock.life.reportLost(ctx, cfg, lock.resources, o.err)
 		}
 		return nil, o.err
 	}
 	for i := range p.ext.lost {
-		if p.ext.drops[i].Idle() { // a drop still out may land after any write
+		if p.ext.drops[i].Idle() && !p.ext.doubted[i].Load() { // a drop still out may land after any write
 			p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
 		}
 	}
@@ -350,10 +354,12 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		attempts:   o.attempts,
 		life:       lock.life,
 	}
+	if c := lock.life.endExtend(0, ttl); c != 0 {
+		nl.cut.Store(c) // a failed shorter Extend's writes may land after this one's
+	}
 	lock.life.extendedTo(nl.expiration)
 	lock.life.last.Store(nl.expiration.UnixNano())
 	lock.life.lastTTL.Store(int64(ttl))
-	lock.life.endExtend(0)
 	return nl, nil
 }
 
@@ -478,8 +484,10 @@ type lockLife struct {
 	extends int
 	handed  bool // a Release handed it over, under mu
 	// cut is the earliest cut of any handle (see Lock.cut), in Unix ns; 0
-	// when none.
-	cut atomic.Int64
+	// when none; cutTTL the shortest ttl of the failed Extends that set
+	// it, under mu.
+	cut    atomic.Int64
+	cutTTL time.Duration
 	// last is the expiration of the newest grant or extension, in Unix ns:
 	// unlike until, earlier after an extension to a shorter ttl; lastTTL
 	// is its ttl.
@@ -501,6 +509,10 @@ type lockLife struct {
 	// Extend calls, under mu: only the newest drops anything.
 	drops  []flight.Flight
 	extSeq uint64
+	// doubted marks the nodes to which a drop got no reply and was sent
+	// again: its first copy may land at any time, so they stay lost for
+	// the lock's life (made with lostOn).
+	doubted []atomic.Bool
 	// Under mu: holder is the lock's place among the Waker's holders (see
 	// hold); forcedErr and lostCh, the force release heard.
 	holder    *wake.Holder
@@ -538,21 +550,30 @@ func (lf *lockLife) beginExtend() bool {
 	return true
 }
 
-// endExtend settles an extension that beginExtend counted; cut, when not
+// endExtend settles an extension of ttl that beginExtend counted, and
+// returns the cut that still applies to the lock (0: none). cut, when not
 // zero, is how far it may have shortened the lock (it failed). A won
-// extension (cut zero) wrote its ttl on a quorum after any failed one's:
-// the lock's expiration is its own again.
-func (lf *lockLife) endExtend(cut int64) {
+// extension (cut zero) makes the lock's expiration its own again, unless a
+// failed one wrote a shorter ttl: its writes may land after the won one's
+// (held up on the way) and expire the keys sooner, so its cut stays.
+func (lf *lockLife) endExtend(cut int64, ttl time.Duration) int64 {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	lf.extends--
 	if cut == 0 {
-		lf.cut.Store(0)
-		return
+		if lf.cutTTL >= ttl {
+			lf.cut.Store(0)
+			lf.cutTTL = 0
+		}
+		return lf.cut.Load()
 	}
 	if c := lf.cut.Load(); c == 0 || cut < c {
 		lf.cut.Store(cut)
 	}
+	if lf.cutTTL == 0 || ttl < lf.cutTTL {
+		lf.cutTTL = ttl
+	}
+	return lf.cut.Load()
 }
 
 // extendedTo records a new handle's expiration.
@@ -575,6 +596,11 @@ func (lf *lockLife) extendedTo(t time.Time) {
 //     an extension wins without it.
 //   - A failed extension leaves nothing: what it wrote back is released,
 //     and when the lock is gone from a quorum, every node's copy is.
+//   - No release of a failed extension undoes a later one: only the newest
+//     Extend drops; a node stays lost while a drop to it is out (for the
+//     lock's life if a copy of it went unanswered, as it may land any
+//     time); and a failed Extend to a shorter ttl, whose writes may land
+//     after a later one's, caps every later handle at its own expiry.
 //   - A force release reaches its holder at once: every held lock listens
 //     for the release announcements of its own value (the waiters'
 //     subscriptions), and one that names it ends the lock.
@@ -583,6 +609,7 @@ func (lf *lockLife) extendedTo(t time.Time) {
 type extension struct {
 	lost    []atomic.Bool   // the lock's (lockLife.lostOn)
 	drops   []flight.Flight // the lock's (lockLife.drops)
+	doubted []atomic.Bool   // the lock's (lockLife.doubted)
 	life    *lockLife
 	seq     uint64        // its number among the lock's Extend calls (lockLife.extSeq)
 	unknown []atomic.Bool // the call's: sent, and no answer came in an attempt not won
@@ -607,6 +634,10 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 		// A later Extend of the lock is out or won: it counted what this
 		// answer says on its own, and a drop now could delete a key it
 		// counted (a node whose answer came late to a failed Extend).
+		// Once the lock is gone, what the answer says was written goes.
+		if x.life.gone.Load() && (rep.Restored || err == nil) {
+			x.drop(i)
+		}
 		return err
 	}
 	switch {
@@ -663,24 +694,24 @@ func (x *extension) superseded() bool {
 // newExtension returns the record of p, an Extend of lock under cfg.
 func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 	lf := lock.life
-	lost, drops := lf.lostNodes(r.size())
+	lost, drops, doubted := lf.lostNodes(r.size())
 	lf.mu.Lock()
 	lf.extSeq++
-	x := &extension{lost: lost, drops: drops, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
+	x := &extension{lost: lost, drops: drops, doubted: doubted, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
 	lf.mu.Unlock()
 	x.drop = func(i int) {
 		// Only the newest Extend drops, and a later one counts the node
 		// lost until the drop is answered: no drop lands after a write
 		// that an extension counted.
 		lf.mu.Lock()
-		if lf.extSeq != x.seq {
+		if lf.extSeq != x.seq && !lf.gone.Load() {
 			lf.mu.Unlock()
 			return
 		}
 		lost[i].Store(true)
 		drops[i].Add()
 		lf.mu.Unlock()
-		r.dropOn(lock, cfg, p, i, &drops[i])
+		r.dropOn(lock, cfg, p, i, &drops[i], &doubted[i])
 	}
 	return x
 }
@@ -689,23 +720,23 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 // cleanup (only its own value, announcing nothing: the lock's holder would
 // take an announcement of its value for a force release): a failed
 // extension's write-back, or what is left of a lock gone from a quorum.
-func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int, pending *flight.Flight) {
+func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int, pending *flight.Flight, doubt *atomic.Bool) {
 	s, keys, args := script.Cleanup, p.res, []any{lock.value}
 	if p.undo != nil {
 		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
 	}
-	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending)
+	sendCleanupDoubted(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending, doubt)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension
 // wrote back (see extension), and of its drops out, made on first use.
-func (lf *lockLife) lostNodes(n int) ([]atomic.Bool, []flight.Flight) {
+func (lf *lockLife) lostNodes(n int) ([]atomic.Bool, []flight.Flight, []atomic.Bool) {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	if lf.lostOn == nil {
-		lf.lostOn, lf.drops = make([]atomic.Bool, n), make([]flight.Flight, n)
+		lf.lostOn, lf.drops, lf.doubted = make([]atomic.Bool, n), make([]flight.Flight, n), make([]atomic.Bool, n)
 	}
-	return lf.lostOn, lf.drops
+	return lf.lostOn, lf.drops, lf.doubted
 }
 
 // hold makes l listen for release announcements of its own value (its

@@ -554,3 +554,151 @@ func holders(f *fixture, key, value string) int {
 	}
 	return n
 }
+
+// A failed Extend to a shorter ttl caps every later handle: its writes,
+// held up on the way, may land after a later Extend's and expire the keys
+// sooner (nodes 0-2 at 0.75 s while a 10 s Extend counted them, and
+// another caller took the lock while its handle was valid).
+func TestFailedShorterExtendCapsLaterOnes(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"short"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(f, "short", l.Value()) == 5 }, 5*time.Second, time.Millisecond)
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(1500*time.Millisecond, 0) // requests held up on the way
+	}
+	sent := time.Now()
+	_, err = l.Extend(ctx, time.Second, redlock.WithRetryCount(0))
+	require.Error(t, err, "two votes of five in time")
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(0, 0)
+	}
+	time.Sleep(150 * time.Millisecond) // the breakers let a probe through
+	next, err := l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.NoError(t, err)
+	assert.False(t, next.Expiration().After(sent.Add(time.Second)), "capped by the failed 1 s Extend")
+	time.Sleep(time.Until(sent.Add(2700 * time.Millisecond))) // its writes landed, and their 1 s passed
+	other, _ := ownRedlock(t, f, direct)
+	_, err = other.Acquire(ctx, []string{"short"}, time.Second, redlock.WithRetryCount(0))
+	if err == nil {
+		assert.False(t, next.Valid(), "another caller took the lock while its handle was valid")
+	}
+}
+
+// A lock that an Extend found gone leaves nothing, even where an earlier
+// failed Extend's write-backs, held up on the way, land after it (they were
+// left on 3 of 5 nodes for their whole ttl while the lock was reported
+// lost: the earlier Extend, superseded, dropped nothing).
+func TestLostLockLeavesNothingAfterALateWriteBack(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"gone"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(f, "gone", l.Value()) == 5 }, 5*time.Second, time.Millisecond)
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(time.Second, 0)
+	}
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(0, 0)
+	}
+	for _, p := range f.Peek[:4] {
+		require.NoError(t, p.Del(ctx, "gone").Err()) // lost on 4 of 5
+	}
+	time.Sleep(150 * time.Millisecond)
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	require.Eventually(t, func() bool { return holders(f, "gone", l.Value()) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"a lost lock leaves nothing behind, late write-backs included")
+	other, _ := ownRedlock(t, f, direct)
+	_, err = other.Acquire(ctx, []string{"gone"}, time.Second, redlock.WithRetryCount(0))
+	assert.NoError(t, err, "a lock reported lost blocks others")
+}
+
+// A drop that got no reply and was sent again keeps its node lost for the
+// lock's life: the first copy may land after the second was answered, and
+// after a later Extend counted the node (held up 3 s on the way, it deleted
+// the lock on 2 of 3 nodes that a valid handle counted, and another caller
+// took it). Five nodes; the lock on 0-2; E1 fails and drops on 3 and 4,
+// whose copies are held up; E2 wins without them; E3 must not count them.
+func TestUnansweredDropKeepsItsNodeLost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, redistest.Setup{Nodes: 5, Proxied: true, Client: &redis.Options{ReadTimeout: 500 * time.Millisecond, WriteTimeout: -1, MaxRetries: -1}})
+	warm(t, f.rl)
+	ctx := context.Background()
+	logH := func(what string) {
+		var s []string
+		for i, p := range f.Peek {
+			v := p.Get(ctx, "sd").Val()
+			s = append(s, map[bool]string{true: "H", false: "-"}[v != ""]+p.PTTL(ctx, "sd").Val().Truncate(time.Millisecond).String())
+			_ = i
+		}
+		t.Logf("%-40s %v", what, s)
+	}
+	// The lock on 0,1,2 only: 3,4 partitioned at the acquire.
+	f.Proxies[3].Set(redistest.Partition)
+	f.Proxies[4].Set(redistest.Partition)
+	const ttl = 5 * time.Second
+	l, err := f.rl.Acquire(ctx, []string{"sd"}, ttl)
+	require.NoError(t, err)
+	t.Logf("acquire won on %v", l.Attempts()[len(l.Attempts())-1].VotesFor)
+	logH("acquired, before heal")
+	f.Proxies[3].Heal()
+	f.Proxies[4].Heal()
+	time.Sleep(700 * time.Millisecond) // parked calls end (read timeout), breakers close on the next call
+	for range 3 {                      // connections to 3,4 set up again
+		if w, err := f.rl.Acquire(ctx, []string{"sd-warm"}, time.Second); err == nil {
+			_, _ = w.Release(ctx)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	logH("acquired on 0,1,2")
+	// E1: replies of 2,3,4 late (node 2's before 3,4's): it fails; 3,4's
+	// late Restored answers make it drop there.
+	f.Proxies[2].SetLatency(0, 150*time.Millisecond)
+	f.Proxies[3].SetLatency(0, 300*time.Millisecond)
+	f.Proxies[4].SetLatency(0, 300*time.Millisecond)
+	e1 := time.Now()
+	_, err = l.Extend(ctx, ttl, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	t.Logf("E1: %v", err)
+	time.Sleep(time.Until(e1.Add(200 * time.Millisecond)))
+	f.Proxies[2].SetLatency(0, 0)
+	f.Proxies[3].SetLatency(3*time.Second, 300*time.Millisecond) // the drops are held up on the way
+	f.Proxies[4].SetLatency(3*time.Second, 300*time.Millisecond)
+	time.Sleep(time.Until(e1.Add(650 * time.Millisecond)))
+	f.Proxies[3].SetLatency(0, 0) // the held copies go at once
+	f.Proxies[4].SetLatency(0, 0)
+	time.Sleep(time.Until(e1.Add(1200 * time.Millisecond)))
+	logH("before E2")
+	e2, err := l.Extend(ctx, ttl, redlock.WithRetryCount(0))
+	require.NoError(t, err, "E2")
+	t.Logf("E2 won on %v", e2.Attempts()[0].VotesFor)
+	logH("after E2")
+	time.Sleep(time.Until(e1.Add(2800 * time.Millisecond)))
+	f.Proxies[2].Set(redistest.Partition)
+	e3, err := e2.Extend(ctx, ttl, redlock.WithRetryCount(0))
+	if err != nil {
+		f.Proxies[2].Heal()
+		return // 3 and 4 count as lost while a first copy of their drops may land: the lock is not kept on them
+	}
+	t.Logf("E3 won on %v", e3.Attempts()[0].VotesFor)
+	logH("after E3")
+	f.Proxies[2].Heal()
+	time.Sleep(time.Until(e1.Add(3600 * time.Millisecond)))
+	logH("after the stale copies' time")
+	// Node 2's key (E2's) expires at E2+ttl; E3's handle is valid to E3+ttl.
+	time.Sleep(time.Until(e1.Add(1300*time.Millisecond + ttl)))
+	logH("past E2+ttl")
+	require.True(t, e3.Valid())
+	other, _ := ownRedlock(t, f, direct)
+	o, err := other.Acquire(ctx, []string{"sd"}, time.Second, redlock.WithRetryCount(0))
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "another caller takes a lock whose handle is valid")
+	if err == nil {
+		t.Logf("other got %s on %v while E3 valid for %v", o.Value(), o.Attempts()[0].VotesFor, time.Until(e3.Expiration()))
+	}
+}

@@ -126,6 +126,13 @@ type Handler interface {
 	Held() *Call
 }
 
+// Doubter is a Handler that wants to know when its Cleanup got no reply
+// and is held to be sent again: the copy already sent may still reach the
+// node at any time, after the one sent again was answered.
+type Doubter interface {
+	Unanswered()
+}
+
 // Connector is a Handler that wants to know when its call waits for a
 // connection to its node to be set up (see Lane.setUp): from Connecting
 // until Sendable is asked, the node's silence is not the node's answer

@@ -357,6 +357,9 @@ func (l *Lane) send(batch []*Call) bool {
 	twin := l.node.twin.Load()
 	for i, c := range batch {
 		if again != nil && again[i] {
+			if d, ok := c.H.(Doubter); ok {
+				d.Unanswered()
+			}
 			continue // held: done when sent again
 		}
 		if twin != nil && c.Kind == Write {

@@ -8,15 +8,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// SentinelName is the name under which a SentinelGroup's sentinels monitor
-// its primary.
+// SentinelName starts the name under which a SentinelGroup's sentinels
+// monitor its primary: each group has its own (Name), so that sentinels of
+// groups side by side never take one another's hello messages for their
+// own (a group once saw 5 sentinels of 3 where a link's port was reused).
 const SentinelName = "redistest"
+
+// groups numbers the SentinelGroups of the process.
+var groups atomic.Int64
 
 // SentinelGroup is a real Sentinel group on loopback: data nodes (a primary
 // and its replicas) and sentinels, all redis-server processes.
@@ -29,6 +35,7 @@ const SentinelName = "redistest"
 // a primary fails under load.
 type SentinelGroup struct {
 	tb        testing.TB
+	Name      string   // the primary's name: SentinelName and the group's number
 	Data      []*Node  // Data[0] is the first primary; a failover changes the roles
 	Links     []*Proxy // Links[i] is in front of Data[i]
 	Sentinels []*Node
@@ -39,7 +46,7 @@ type SentinelGroup struct {
 // every sentinel knows every replica. Stopped when the test ends.
 func StartSentinel(tb testing.TB, replicas, sentinels int) *SentinelGroup {
 	tb.Helper()
-	g := &SentinelGroup{tb: tb}
+	g := &SentinelGroup{tb: tb, Name: fmt.Sprintf("%s-%d-%d", SentinelName, os.Getpid(), groups.Add(1))}
 	ctx := context.Background()
 	for range replicas + 1 {
 		nd := StartNode(tb)
@@ -64,7 +71,7 @@ func StartSentinel(tb testing.TB, replicas, sentinels int) *SentinelGroup {
 	g.waitReplicasUp(0, 20*time.Second)
 	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s %d\n"+
 		"sentinel down-after-milliseconds %s 1000\n"+
-		"sentinel failover-timeout %s 2000\n", SentinelName, linkPort(g.Links[0]), sentinels/2+1, SentinelName, SentinelName)
+		"sentinel failover-timeout %s 2000\n", g.Name, linkPort(g.Links[0]), sentinels/2+1, g.Name, g.Name)
 	for range sentinels {
 		path := filepath.Join(tb.TempDir(), "sentinel.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -77,8 +84,8 @@ func StartSentinel(tb testing.TB, replicas, sentinels int) *SentinelGroup {
 	for _, s := range g.Sentinels {
 		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
 		for {
-			reps, err1 := c.Replicas(ctx, SentinelName).Result()
-			sens, err2 := c.Sentinels(ctx, SentinelName).Result()
+			reps, err1 := c.Replicas(ctx, g.Name).Result()
+			sens, err2 := c.Sentinels(ctx, g.Name).Result()
 			if err1 == nil && err2 == nil && len(reps) == replicas && len(sens) == sentinels-1 {
 				break
 			}
@@ -116,7 +123,7 @@ func (g *SentinelGroup) ClientOptions() *redis.FailoverOptions {
 	}
 	d := &net.Dialer{Timeout: time.Second}
 	return &redis.FailoverOptions{
-		MasterName:    SentinelName,
+		MasterName:    g.Name,
 		SentinelAddrs: g.SentinelAddrs(),
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if a, ok := direct[addr]; ok {
@@ -149,7 +156,7 @@ func (g *SentinelGroup) Primary() int {
 	g.tb.Helper()
 	c := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr()})
 	defer c.Close()
-	addr, err := c.GetMasterAddrByName(context.Background(), SentinelName).Result()
+	addr, err := c.GetMasterAddrByName(context.Background(), g.Name).Result()
 	if err != nil {
 		g.tb.Fatalf("redistest: SENTINEL get-master-addr-by-name: %v", err)
 	}
@@ -174,7 +181,7 @@ func (g *SentinelGroup) Failover() (from, to int) {
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := c.Failover(ctx, SentinelName).Err()
+		err := c.Failover(ctx, g.Name).Err()
 		if err == nil {
 			break
 		}
@@ -188,7 +195,7 @@ func (g *SentinelGroup) Failover() (from, to int) {
 		agreed := true
 		for _, s := range g.Sentinels {
 			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
-			addr, err := sc.GetMasterAddrByName(ctx, SentinelName).Result()
+			addr, err := sc.GetMasterAddrByName(ctx, g.Name).Result()
 			_ = sc.Close()
 			if err != nil || addr[1] == linkPort(g.Links[from]) {
 				agreed = false
@@ -228,7 +235,7 @@ func (g *SentinelGroup) Failover() (from, to int) {
 	// The next failover must start at once when asked for: wait until this
 	// one is over for the sentinel that runs them.
 	for {
-		m, err := c.Master(ctx, SentinelName).Result()
+		m, err := c.Master(ctx, g.Name).Result()
 		if err == nil && !strings.Contains(m["flags"], "failover_in_progress") {
 			break
 		}
@@ -241,7 +248,7 @@ func (g *SentinelGroup) Failover() (from, to int) {
 	// promote (connected, their link up): until then a failover would be
 	// refused with NOGOODSLAVE.
 	for {
-		reps, err := c.Replicas(ctx, SentinelName).Result()
+		reps, err := c.Replicas(ctx, g.Name).Result()
 		good := 0
 		for _, r := range reps {
 			if r["flags"] == "slave" && r["master-link-status"] == "ok" && r["master-port"] == linkPort(g.Links[to]) {
