@@ -630,16 +630,6 @@ type extension struct {
 // was decided for already, so a write-back there is the spread the lock
 // keeps. sent: the call went out (an error then leaves its effect unknown).
 func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) error {
-	if x.failed.Load() && x.superseded() {
-		// A later Extend of the lock is out or won: it counted what this
-		// answer says on its own, and a drop now could delete a key it
-		// counted (a node whose answer came late to a failed Extend).
-		// Once the lock is gone, what the answer says was written goes.
-		if x.life.gone.Load() && (rep.Restored || err == nil) {
-			x.drop(i)
-		}
-		return err
-	}
 	switch {
 	case rep.Restored && !won:
 		x.restores.Store(true)
@@ -651,9 +641,19 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 	}
 	// Read after lost was written: extend sets failed, then reads lost.
 	if x.failed.Load() {
+		gone := x.life.gone.Load()
+		if !gone && x.superseded() {
+			// A later Extend of the lock is out or won: a drop now could
+			// delete a key it counted (a node whose answer came late to
+			// a failed Extend). What this answer shows is only marked.
+			if x.unknown[i].Load() && x.restores.Load() {
+				x.lost[i].Store(true) // it may have written keys back: no vote until a win without it
+			}
+			return err
+		}
 		if x.unknown[i].Load() && x.restores.Load() && !x.lost[i].Swap(true) {
 			x.drop(i) // its answer came after the call failed: it may have written keys back
-		} else if rep.Restored || err == nil && x.expired.Load() {
+		} else if rep.Restored || err == nil && (x.expired.Load() || gone) {
 			x.drop(i)
 		}
 	}
