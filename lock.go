@@ -312,7 +312,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	// From the first PEXPIRE on, the keys may expire at now + ttl: before
 	// this handle's expiration when ttl is shorter than what is left. The
 	// handle is held no longer than that, whether the Extend succeeds or not.
-	lock.cut.Store(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
+	lock.cutTo(time.Now().Add(ttl - drift(cfg.driftFactor, ttl)).UnixNano())
 	o := r.execute(ctx, cfg, p)
 	if out != nil {
 		*out = o
@@ -434,6 +434,17 @@ func (r *Redlock) released(lock *Lock, cfg *config, res *ExecutionResult) *Execu
 }
 
 // until is the handle's expiration, cut short by a failed Extend.
+// cutTo lowers the handle's cut to c, never raises it: an Extend that
+// fails after a shorter one keeps the shorter one's cap.
+func (l *Lock) cutTo(c int64) {
+	for {
+		old := l.cut.Load()
+		if old != 0 && old <= c || l.cut.CompareAndSwap(old, c) {
+			return
+		}
+	}
+}
+
 func (l *Lock) until() time.Time {
 	if c := l.cut.Load(); c != 0 && c < l.expiration.UnixNano() {
 		return time.Unix(0, c)
@@ -642,7 +653,16 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 	// Read after lost was written: extend sets failed, then reads lost.
 	if x.failed.Load() {
 		gone := x.life.gone.Load()
-		if !gone && x.superseded() {
+		if gone || x.expired.Load() {
+			// The lock is lost: whatever this call may have written goes,
+			// also when its answer never comes (a drop sent at the failure
+			// may have overtaken a write held up on the way).
+			if rep.Restored || err == nil || !isReply(err) && sent {
+				x.drop(i)
+			}
+			return err
+		}
+		if x.superseded() {
 			// A later Extend of the lock is out or won: a drop now could
 			// delete a key it counted (a node whose answer came late to
 			// a failed Extend). What this answer shows is only marked.
@@ -653,7 +673,7 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 		}
 		if x.unknown[i].Load() && x.restores.Load() && !x.lost[i].Swap(true) {
 			x.drop(i) // its answer came after the call failed: it may have written keys back
-		} else if rep.Restored || err == nil && (x.expired.Load() || gone) {
+		} else if rep.Restored {
 			x.drop(i)
 		}
 	}

@@ -705,3 +705,91 @@ func TestUnansweredDropKeepsItsNodeLost(t *testing.T) {
 		t.Logf("other got %s on %v while E3 valid for %v", o.Value(), o.Attempts()[0].VotesFor, time.Until(e3.Expiration()))
 	}
 }
+
+// A failed Extend of a handle after a failed shorter one keeps the shorter
+// one's cap (a second Extend, to 10 s and never sent, raised the handle's
+// expiration past the keys' 1 s: valid while another caller took it).
+func TestSecondFailedExtendKeepsTheCap(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 3)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"cut2"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(f, "cut2", l.Value()) == 3 }, 5*time.Second, time.Millisecond)
+	for _, p := range f.Proxies {
+		p.Set(redistest.DropReplies) // writes land, answers never come
+	}
+	sent := time.Now()
+	_, err = l.Extend(ctx, time.Second, redlock.WithRetryCount(0))
+	t.Logf("E1 (1s, replies dropped): %v after %v", err, time.Since(sent))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, redlock.ErrLockExpired)
+	for i, p := range f.Peek {
+		t.Logf("node %d PTTL %v", i, p.PTTL(ctx, "cut2").Val())
+	}
+	assert.False(t, l.Expiration().After(sent.Add(time.Second)), "capped by the failed 1 s Extend")
+	for _, p := range f.Proxies {
+		p.Set(redistest.Refuse)
+	}
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	t.Logf("E2 (10s, refused): %v", err)
+	require.Error(t, err)
+	assert.False(t, l.Expiration().After(sent.Add(time.Second)), "still capped after a failed 10 s Extend")
+	for _, p := range f.Proxies {
+		p.Heal()
+	}
+	time.Sleep(time.Until(sent.Add(1500 * time.Millisecond)))
+	t.Logf("at +1.5s: holders=%d Valid=%v Expiration in %v", holders(f, "cut2", l.Value()), l.Valid(), time.Until(l.Expiration()))
+	other, _ := ownRedlock(t, f, direct)
+	o, err := other.Acquire(ctx, []string{"cut2"}, time.Second, redlock.WithRetryCount(0))
+	t.Logf("other Acquire: err=%v", err)
+	if err == nil {
+		assert.False(t, l.Valid(), "another caller took the lock while its handle was valid (other=%s)", o.Value())
+	}
+}
+
+// As TestLostLockLeavesNothingAfterALateWriteBack, with the late
+// write-backs' answers lost too (dropped by the proxy, then the connections
+// cut): each call that ends without an answer is dropped again once the
+// lock is gone (they were left on 3 of 5 nodes for their ttl).
+func TestLostLockLeavesNothingWhenLateWriteBacksGoUnanswered(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	ctx := context.Background()
+	l, err := f.rl.Acquire(ctx, []string{"gone2"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return holders(f, "gone2", l.Value()) == 5 }, 5*time.Second, time.Millisecond)
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(time.Second, 0)
+	}
+	s := time.Now()
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	for _, p := range f.Proxies[:3] {
+		p.SetLatency(0, 0)
+	}
+	for _, p := range f.Peek[:4] {
+		require.NoError(t, p.Del(ctx, "gone2").Err())
+	}
+	time.Sleep(150 * time.Millisecond)
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	t.Logf("E2 lost at +%v; holders=%d", time.Since(s), holders(f, "gone2", l.Value()))
+	time.Sleep(time.Until(s.Add(800 * time.Millisecond)))
+	t.Logf("+0.8s holders=%d", holders(f, "gone2", l.Value()))
+	for _, p := range f.Proxies[:3] {
+		p.Set(redistest.DropReplies)
+	}
+	time.Sleep(time.Until(s.Add(1800 * time.Millisecond)))
+	t.Logf("+1.8s holders=%d", holders(f, "gone2", l.Value()))
+	for _, p := range f.Proxies[:3] {
+		p.Heal()
+	}
+	time.Sleep(time.Until(s.Add(3000 * time.Millisecond)))
+	n := holders(f, "gone2", l.Value())
+	t.Logf("+3s holders=%d", n)
+	assert.Less(t, n, 3, "a lock reported lost holds a quorum after things settled")
+	other, _ := ownRedlock(t, f, direct)
+	_, err = other.Acquire(ctx, []string{"gone2"}, time.Second, redlock.WithRetryCount(0))
+	assert.NoError(t, err, "a lock reported lost blocks others")
+}

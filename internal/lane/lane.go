@@ -328,6 +328,9 @@ func (l *Lane) send(batch []*Call) bool {
 		refusedAtClose := undialed(err) && l.closing
 		if c.Kind != Write && !isReply(err) && !errors.Is(err, driver.ErrClosed) && !refusedAtClose &&
 			(l.reached || l.parked > 0 || l.node.cluster != nil || !undialed(err)) {
+			if d, ok := c.H.(Doubter); ok && c.Kind == Cleanup {
+				d.Unanswered() // before another worker may send it again
+			}
 			for _, d := range l.hold(c) {
 				if d != c {
 					failed = append(failed, d)
@@ -357,9 +360,6 @@ func (l *Lane) send(batch []*Call) bool {
 	twin := l.node.twin.Load()
 	for i, c := range batch {
 		if again != nil && again[i] {
-			if d, ok := c.H.(Doubter); ok {
-				d.Unanswered()
-			}
 			continue // held: done when sent again
 		}
 		if twin != nil && c.Kind == Write {
