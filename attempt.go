@@ -818,20 +818,15 @@ func (as *attemptState) clean(i int) {
 	}
 	cl := as.cleanup
 	cl.pending.Add()
-	sendCleanup(as.cfg, as.q.nodes[i], cl.s, as.keys, cl.keys, append([]any{cl.value}, cl.args...), as.acked, &cl.pending)
+	sendCleanup(as.cfg, as.q.nodes[i], cl.s, as.keys, cl.keys, append([]any{cl.value}, cl.args...), as.acked, &cl.pending, nil)
 }
 
 // sendCleanup sends s (a release of one value, announcing nothing) to nd
 // on its own, for resources (the first routes it) with KEYS keys and ARGV
 // args; pending, when set, is told once it is answered.
-func sendCleanup(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight) {
-	sendCleanupDoubted(cfg, nd, s, resources, keys, args, acked, pending, nil)
-}
-
-// sendCleanupDoubted is sendCleanup whose doubt, when not nil, is called
-// when the release got no reply and is sent again (lane.Doubter): its
-// first copy may still land at any time.
-func sendCleanupDoubted(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight, doubt *atomic.Bool) {
+// doubt, when set, is set when it got no reply and is sent again
+// (lane.Doubter): its first copy may still land at any time.
+func sendCleanup(cfg *config, nd *lane.Node, s *script.Script, resources, keys []string, args []any, acked bool, pending *flight.Flight, doubt *atomic.Bool) {
 	rc := &releaseCall{s: s, cfg: cfg, node: nd, pending: pending, resources: len(resources), doubt: doubt}
 	rc.Call = lane.Call{Kind: lane.Cleanup, Hash: s.Hash, Src: s.Src, Keys: keys, Args: args, Timeout: cfg.nodeTimeout, H: rc}
 	nd.Lane(resources[0], acked).Submit(&rc.Call)

@@ -745,7 +745,7 @@ func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int, pending *fligh
 	if p.undo != nil {
 		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
 	}
-	sendCleanupDoubted(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending, doubt)
+	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending, doubt)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension
