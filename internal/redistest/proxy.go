@@ -189,16 +189,18 @@ func (p *Proxy) serveLocked(ln net.Listener) {
 			if err != nil {
 				return
 			}
-			p.handle(c)
+			p.handle(c, ln)
 		}
 	}()
 }
 
-// track registers a connection, or closes it when the proxy is closed.
-func (p *Proxy) track(c net.Conn) bool {
+// track registers a connection accepted on ln, or closes it when the proxy
+// is closed or ln was closed since (a Set(Refuse) between Accept and here
+// refuses it too: it cut the open ones, and this one was not yet open).
+func (p *Proxy) track(c net.Conn, ln net.Listener) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.ln != ln {
 		_ = c.Close()
 		return false
 	}
@@ -207,11 +209,24 @@ func (p *Proxy) track(c net.Conn) bool {
 	return true
 }
 
+// trackServer registers the node's side of client, or closes it when
+// client was cut while the node was dialled.
+func (p *Proxy) trackServer(server, client net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, open := p.conns[client]; p.closed || !open {
+		_ = server.Close()
+		return false
+	}
+	p.conns[server] = struct{}{}
+	return true
+}
+
 // Accepted returns how many connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.taken.Load() }
 
-func (p *Proxy) handle(client net.Conn) {
-	if !p.track(client) {
+func (p *Proxy) handle(client net.Conn, ln net.Listener) {
+	if !p.track(client, ln) {
 		return
 	}
 	// Under Partition the connection to the node is made, but nothing
@@ -221,7 +236,7 @@ func (p *Proxy) handle(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	if !p.track(server) {
+	if !p.trackServer(server, client) {
 		_ = client.Close()
 		return
 	}

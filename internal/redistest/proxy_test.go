@@ -2,8 +2,10 @@ package redistest
 
 import (
 	"context"
+	"net"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,4 +101,54 @@ func TestRestartOnATakenPortFails(t *testing.T) {
 	err := nd.start()
 	require.Error(t, err, "a server of another process passed for the restarted node")
 	t.Log(err)
+}
+
+// Refuse refuses every connection it did not cut, even one the proxy had
+// accepted but not yet registered when Refuse came (CI on 47bfb3b: such a
+// connection kept working, and a refusing node voted for a lock).
+func TestRefuseLeavesNoConnectionOpen(t *testing.T) {
+	t.Parallel()
+	nd := StartNode(t)
+	for round := range 30 {
+		p := NewProxy(t, nd.Addr())
+		stop := make(chan struct{})
+		conns := make(chan net.Conn, 1024)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+					if err != nil {
+						continue
+					}
+					select {
+					case conns <- c:
+					default:
+						_ = c.Close()
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		p.Set(Refuse)
+		close(stop)
+		wg.Wait()
+		close(conns)
+		for c := range conns {
+			_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+			_, _ = c.Write([]byte("PING\r\n"))
+			buf := make([]byte, 16)
+			n, _ := c.Read(buf)
+			assert.Zero(t, n, "round %d: a connection answered %q after Refuse", round, buf[:n])
+			_ = c.Close()
+		}
+		p.Close()
+	}
 }
