@@ -16,9 +16,12 @@ import (
 // Redlock subscribes on every node (one connection each; on a Cluster,
 // sharded, one per resource waited for) once an Acquire has to wait or a
 // lock is held (a held lock hears its force release there). The waiters of
-// one Redlock for the same resources are woken first come first served. A
-// wake does not use up a retry; a lost announcement costs at most the retry
-// delay. With false, no subscription is opened. Default: true.
+// one Redlock for the same resources are woken first come first served,
+// and while a node's subscription hears their releases, only the first of
+// them tries between wakes, once per retry delay (an exclusive lock's;
+// every waiter of a semaphore, a shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
+// at most the retry delay. With false, no subscription is opened. Default:
+// true.
 func WithWakeOnRelease(on bool) LockOption {
 	return func(c *config) { c.wake = on }
 }

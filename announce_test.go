@@ -382,3 +382,102 @@ func TestWokenWaiterOnADeadMajorityStaysQuiet(t *testing.T) {
 		p.Heal()
 	}
 }
+
+// Waiters behind the head of their queue in a Redlock make no attempts of
+// their own: the head's attempts (woken by the release, or after its
+// retry delay) are the queue's, so a busy lock costs the nodes the same
+// with 40 waiters as with one. (Each waiter tried every retry delay: 40
+// waiters at 50ms made about 800 attempts a second on a held lock.)
+func TestWaitersBehindTheHeadStayQuiet(t *testing.T) {
+	t.Parallel()
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
+	ctx := context.Background()
+	const key, n, delay = "{redlock}quiet", 40, 50 * time.Millisecond
+	held, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	var attempts atomic.Int64
+	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		if a.Op == redlock.OpAcquire {
+			attempts.Add(1)
+		}
+	}}
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			l, err := waiter.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(-1),
+				redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
+			if err == nil {
+				time.Sleep(time.Millisecond)
+				_, err = l.Release(ctx)
+			}
+			done <- err
+		}()
+	}
+	queued(t, waiter.rl, key, n)
+	const held1 = time.Second
+	before := attempts.Load()
+	time.Sleep(held1)
+	quiet := attempts.Load() - before
+	t.Logf("attempts in %v while %d waiters queued on a held lock (retry delay %v): %d", held1, n, delay, quiet)
+	assert.LessOrEqual(t, quiet, int64(held1/delay)+2, "only the head tries, once per retry delay")
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	for i := range n {
+		select {
+		case err := <-done:
+			require.NoError(t, err, "waiter")
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d waiters got the lock in 20 s", i, n)
+		}
+	}
+}
+
+// A waiter behind the head still ends when its retries would have, with
+// the error of an attempt of its own; and when the head gives up, the next
+// in line tries at once, whatever its retry delay.
+func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
+	t.Parallel()
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
+	ctx := context.Background()
+	const key = "{redlock}quietend"
+	_, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	headCtx, stopHead := context.WithCancel(ctx)
+	defer stopHead()
+	headDone := make(chan error, 1)
+	go func() {
+		_, err := waiter.rl.Acquire(headCtx, []string{key}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
+		headDone <- err
+	}()
+	queued(t, waiter.rl, key, 1)
+
+	// Out of retries behind the head: it ends, having tried once itself.
+	var tries atomic.Int64
+	obs := redlock.WithObserver(&redlock.Observer{Attempt: func(redlock.AttemptInfo) { tries.Add(1) }})
+	begin := time.Now()
+	_, err = waiter.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(4),
+		redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0), obs)
+	took := time.Since(begin)
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.Less(t, took, 5*time.Second, "a waiter out of retries behind the head ended")
+	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "it waited its 4 retry delays")
+	assert.Equal(t, int64(1), tries.Load(), "its own attempt, the last")
+
+	// The holder's lock is gone as if expired (nobody announces it); the
+	// head waits a minute, the next waiter is quiet behind it: when the head
+	// gives up, the next tries at once.
+	got, fail, _ := waitFor(waiter.rl, key, redlock.WithRetryDelay(time.Minute))
+	queued(t, waiter.rl, key, 2)
+	for _, p := range holder.Peek {
+		require.NoError(t, p.Del(ctx, key).Err())
+	}
+	stopHead()
+	require.ErrorIs(t, <-headDone, context.Canceled)
+	l := awaitLock(t, got, fail, 10*time.Second, "the next waiter did not take over from the head that gave up")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}

@@ -125,14 +125,17 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	if c.waits && atOnce {
 		c.wt = r.wake.Join(p.res, false, p.tag(), id)
 	}
+	i := 0
 	if c.waits && !atOnce && !r.wake.Idle() { // no one waits: no tag to make (Join would return nil)
 		if c.wt = r.wake.Join(p.res, true, p.tag(), id); c.wt != nil {
-			if !sleepOrWake(ctx, retryDelay(cfg), c.wt.C()).alive {
+			s := c.behind(p, sleepOrWake(ctx, retryDelay(cfg), c.wt.C()), retriesLeft(cfg, -1))
+			if !s.alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
+			i = s.spent
 		}
 	}
-	for i := 0; ; i++ {
+	for ; ; i++ {
 		if c.handedOver(p) || p.hook().granted(&c, p) {
 			return c.o
 		}
@@ -167,7 +170,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// slept the retry delay, 100-300 ms, to learn it).
 			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
 		}
-		s := c.pause(p, len(st.VotesFor) > 0, notSent(st))
+		s := c.pause(p, len(st.VotesFor) > 0, notSent(st), retriesLeft(cfg, i))
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
@@ -179,7 +182,17 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// wakes count, so that a storm of them cannot retry for ever.
 			i--
 		}
+		i += s.spent
 	}
+}
+
+// retriesLeft is how many retries cfg allows after attempt i (-1: before
+// the first) besides the next attempt; -1 when they are unlimited.
+func retriesLeft(cfg *config, i int) int {
+	if cfg.retryCount < 0 {
+		return -1
+	}
+	return max(cfg.retryCount-i-1, 0)
 }
 
 // try makes one attempt (with its kind's second round, hooks.sealed),
@@ -287,7 +300,7 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 // pause waits between attempts: the retry delay, or until a release wakes
 // the call. split: the attempt got some votes for, yet no quorum (another
 // waiter took the rest).
-func (c *run) pause(p *plan, split, denied bool) slept {
+func (c *run) pause(p *plan, split, denied bool, left int) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
 	}
@@ -306,6 +319,7 @@ func (c *run) pause(p *plan, split, denied bool) slept {
 	} else {
 		s = sleepOrWake(c.ctx, d, c.wt.C())
 	}
+	s = c.behind(p, s, left)
 	switch {
 	case s.woken:
 		c.carry, c.carries = time.Now().Add(retryDelay(c.cfg)), 0
@@ -317,6 +331,23 @@ func (c *run) pause(p *plan, split, denied bool) slept {
 	}
 	if obs := c.cfg.observer; obs != nil && obs.Wait != nil {
 		safely(obs.Wait, WaitInfo{Op: p.op, Resources: append([]string(nil), p.res...), Waited: time.Since(paused), Woken: s.woken})
+	}
+	return s
+}
+
+// behind goes on waiting, after a pause s that no wake ended, while the
+// call queues behind its queue's head for resources that a release frees
+// for one caller (plan.single), and a node's subscription hears their
+// releases: the head's attempts are the queue's (the release wakes it; it
+// tries after its own pause when an announcement is lost), and its leaving
+// without the lock wakes the next. Each retry delay
+// spent so counts as a retry; left is how many the call may spend (-1: no
+// bound), so that it makes its last attempt when its retries run out.
+func (c *run) behind(p *plan, s slept, left int) slept {
+	for s.alive && !s.woken && p.single && (left < 0 || s.spent < left) && c.r.wake.Behind(c.wt) {
+		s.spent++
+		next := sleepOrWake(c.ctx, retryDelay(c.cfg), c.wt.C())
+		s.alive, s.woken = next.alive, next.woken
 	}
 	return s
 }
@@ -361,6 +392,7 @@ func cutShort(st ExecutionStats) bool {
 type slept struct {
 	alive bool // ctx has not ended
 	woken bool // a wake ended it early
+	spent int  // retries spent quietly behind the head (see run.behind)
 }
 
 // sleepOrWake waits for d, or for a wake (a nil channel: none), or until
@@ -465,6 +497,10 @@ type plan struct {
 	// waits lets the call wait for a release announcement between attempts
 	// (see WithWakeOnRelease).
 	waits bool
+	// single: a release frees the resources for one caller (an exclusive
+	// lock), so a waiter behind its queue's head makes no attempt (see
+	// run.behind).
+	single bool
 	// handTag, when set, lets a holder of the same Redlock hand its lock
 	// to the waiting call (see handover.go).
 	handTag handTag
@@ -519,7 +555,7 @@ const (
 func acquirePlan(keys []string, ttl time.Duration) *plan {
 	// execute draws each attempt's value into args[0]; args[1] is the ttl.
 	return &plan{op: OpAcquire, s: script.Acquire, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
-		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true}
+		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true, single: true}
 }
 
 // newExtendPlan is the plan that sets the ttl of a lock's resources, which

@@ -97,6 +97,7 @@ func (fairKind) acquire(resources []string, ttl time.Duration, cfg *config) *pla
 	id := cfg.newValue()
 	fc := &fairCall{member: id + ":" + strconv.FormatInt(int64(ttl/time.Millisecond), 10), live: fairLive(cfg)}
 	p.s, p.keys, p.hooks = script.FairAcquire, fairKeys(resources), fc
+	p.single = false // each waiter renews its place in the nodes' queues
 	p.args = []any{nil, int64(ttl / time.Millisecond), fc.member, time.Now().UnixMilli(), fc.live.Milliseconds(), id}
 	return p
 }

@@ -59,6 +59,7 @@ func (k semaphoreKind) acquire(resources []string, ttl time.Duration, _ *config)
 	p := acquirePlan(resources, ttl)
 	p.keys, p.undoKeys = k.keys(resources), k.keys(resources)
 	p.s, p.undo, p.choices = script.PermitAcquire, script.PermitCleanup, true
+	p.single = false // a release frees one permit of several: waiters behind the head try too
 	p.args = append(p.args, k.permits)
 	p.undoArgs = []any{k.permits}
 	return p

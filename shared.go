@@ -43,6 +43,7 @@ func (k sharedKind) acquire(resources []string, ttl time.Duration, _ *config) *p
 	p := acquirePlan(resources, ttl)
 	p.keys, p.undoKeys = k.keys(resources), k.keys(resources)
 	p.s, p.undo = script.SharedAcquire, script.SharedCleanup
+	p.single = false // readers share: every waiter may get in
 	return p
 }
 

@@ -504,6 +504,32 @@ func (w *Waker) Handed(wt *Waiter) []Hand {
 	return slices.Clone(wt.handedBy)
 }
 
+// Behind reports whether wt queues behind another waiter (its queue's
+// head, which an announcement wakes) while a node's confirmed subscription
+// hears the release announcements of each of its resources; false for a
+// nil wt, or one out of its queue (handed an offer).
+func (w *Waker) Behind(wt *Waiter) bool {
+	if wt == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if slices.Index(wt.group.queue, wt) <= 0 {
+		return false
+	}
+	for s := range w.subs {
+		if s.shared && s.heard && s.ps != nil {
+			return true // every resource's channel
+		}
+	}
+	for _, k := range wt.group.keys {
+		if !slices.ContainsFunc(w.keySubs[k], func(s *sub) bool { return s.heard && s.ps != nil }) {
+			return false
+		}
+	}
+	return true
+}
+
 // Idle reports whether no call waits (a cheap test before HandOver).
 func (w *Waker) Idle() bool {
 	w.mu.Lock()
