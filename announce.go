@@ -17,9 +17,10 @@ import (
 // sharded, one per resource waited for) once an Acquire has to wait or a
 // lock is held (a held lock hears its force release there). The waiters of
 // one Redlock for the same resources are woken first come first served,
-// and while a node's subscription hears their releases, only the first of
-// them tries between wakes, once per retry delay (an exclusive lock's;
-// every waiter of a semaphore, a shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
+// and while a node's subscription hears their releases, a waiter behind
+// the first makes no attempt between wakes when the first's retry delay is
+// no longer than its own (an exclusive lock's; every waiter of a
+// semaphore, a shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
 // at most the retry delay. With false, no subscription is opened. Default:
 // true.
 func WithWakeOnRelease(on bool) LockOption {

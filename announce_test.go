@@ -446,13 +446,18 @@ func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	const key = "{redlock}quietend"
 	_, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
 	require.NoError(t, err)
-	headCtx, stopHead := context.WithCancel(ctx)
-	defer stopHead()
-	headDone := make(chan error, 1)
-	go func() {
-		_, err := waiter.rl.Acquire(headCtx, []string{key}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Minute))
-		headDone <- err
-	}()
+	head := func(delay time.Duration) (stop func(), done <-chan error) {
+		headCtx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		ended := make(chan error, 1)
+		go func() {
+			_, err := waiter.rl.Acquire(headCtx, []string{key}, time.Minute, redlock.WithRetryCount(-1),
+				redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0))
+			ended <- err
+		}()
+		return stop, ended
+	}
+	stopHead, headDone := head(50 * time.Millisecond)
 	queued(t, waiter.rl, key, 1)
 
 	// Out of retries behind the head: it ends, having tried once itself.
@@ -466,6 +471,10 @@ func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	assert.Less(t, took, 5*time.Second, "a waiter out of retries behind the head ended")
 	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "it waited its 4 retry delays")
 	assert.Equal(t, int64(1), tries.Load(), "its own attempt, the last")
+	stopHead()
+	require.ErrorIs(t, <-headDone, context.Canceled)
+	stopHead, headDone = head(time.Minute)
+	queued(t, waiter.rl, key, 1)
 
 	// The holder's lock is gone as if expired (nobody announces it); the
 	// head waits a minute, the next waiter is quiet behind it: when the head
@@ -478,6 +487,29 @@ func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	stopHead()
 	require.ErrorIs(t, <-headDone, context.Canceled)
 	l := awaitLock(t, got, fail, 10*time.Second, "the next waiter did not take over from the head that gave up")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A waiter stays quiet only behind a head that tries at least as often: a
+// lock that vanished unannounced (expired) goes to the waiter with the
+// short retry delay, not after the head's minute.
+func TestQuietOnlyBehindAQuickerHead(t *testing.T) {
+	t.Parallel()
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
+	ctx := context.Background()
+	const key = "{redlock}quietslow"
+	_, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	_, _, _ = waitFor(waiter.rl, key, redlock.WithRetryDelay(time.Minute))
+	queued(t, waiter.rl, key, 1)
+	got, fail, _ := waitFor(waiter.rl, key, redlock.WithRetryDelay(50*time.Millisecond))
+	queued(t, waiter.rl, key, 2)
+	for _, p := range holder.Peek { // gone as if expired: nobody announces it
+		require.NoError(t, p.Del(ctx, key).Err())
+	}
+	l := awaitLock(t, got, fail, 10*time.Second, "the waiter with a 50ms delay behind a head with a minute's did not take the lock")
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
 }

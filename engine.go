@@ -123,11 +123,11 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// answered.
 	id, atOnce := p.hook().waiter()
 	if c.waits && atOnce {
-		c.wt = r.wake.Join(p.res, false, p.tag(), id)
+		c.wt = r.wake.Join(p.res, false, p.tag(), id, cfg.retryDelay)
 	}
 	i := 0
 	if c.waits && !atOnce && !r.wake.Idle() { // no one waits: no tag to make (Join would return nil)
-		if c.wt = r.wake.Join(p.res, true, p.tag(), id); c.wt != nil {
+		if c.wt = r.wake.Join(p.res, true, p.tag(), id, cfg.retryDelay); c.wt != nil {
 			s := c.behind(p, sleepOrWake(ctx, retryDelay(cfg), c.wt.C()), retriesLeft(cfg, -1))
 			if !s.alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
@@ -302,7 +302,7 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 // waiter took the rest).
 func (c *run) pause(p *plan, split, denied bool, left int) slept {
 	if c.wt == nil && c.waits {
-		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID())
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), c.cfg.retryDelay)
 	}
 	var s slept
 	paused := time.Now()

@@ -338,6 +338,7 @@ type Waiter struct {
 	wake  chan struct{} // holds one pending wake
 	tag   any           // what a hand-over must match (see HandOver); nil: none
 	id    string        // its id in the nodes' queues (a fair queue), or ""
+	every time.Duration // how often it tries when no wake comes (see Behind)
 	offer any           // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
 	// id), with the latest time each announced, guarded by Waker.mu.
@@ -367,8 +368,9 @@ func groupID(keys []string) string {
 // Waiter. tag, when not nil (and comparable), lets HandOver pass the waiter
 // what a holder offers with an equal tag. id, when not empty, is the
 // waiter's id in the nodes' queues: an announcement that a resource was
-// handed to it wakes it (see New's handed).
-func (w *Waker) Join(keys []string, queuedOnly bool, tag any, id string) *Waiter {
+// handed to it wakes it (see New's handed). every is how often it tries
+// when no wake comes (see Behind).
+func (w *Waker) Join(keys []string, queuedOnly bool, tag any, id string, every time.Duration) *Waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || queuedOnly && len(w.groups) == 0 {
@@ -392,7 +394,7 @@ func (w *Waker) Join(keys []string, queuedOnly bool, tag any, id string) *Waiter
 			w.byKey[k] = append(w.byKey[k], g)
 		}
 	}
-	wt := &Waiter{group: g, wake: make(chan struct{}, 1), tag: tag, id: id}
+	wt := &Waiter{group: g, wake: make(chan struct{}, 1), tag: tag, id: id, every: every}
 	g.queue = append(g.queue, wt)
 	return wt
 }
@@ -505,16 +507,18 @@ func (w *Waker) Handed(wt *Waiter) []Hand {
 }
 
 // Behind reports whether wt queues behind another waiter (its queue's
-// head, which an announcement wakes) while a node's confirmed subscription
-// hears the release announcements of each of its resources; false for a
-// nil wt, or one out of its queue (handed an offer).
+// head, which an announcement wakes) that tries at least as often when no
+// wake comes, while a node's confirmed subscription hears the release
+// announcements of each of its resources; false for a nil wt, or one out
+// of its queue (handed an offer).
 func (w *Waker) Behind(wt *Waiter) bool {
 	if wt == nil {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if slices.Index(wt.group.queue, wt) <= 0 {
+	q := wt.group.queue
+	if slices.Index(q, wt) <= 0 || q[0].every > wt.every {
 		return false
 	}
 	for s := range w.subs {

@@ -70,12 +70,12 @@ func subscribed(t *testing.T, n *node, want int64) {
 func TestQueueAndWake(t *testing.T) {
 	n := &node{c: redistest.StartNode(t).Client()}
 	w := New(n, 4, "~")
-	assert.Nil(t, w.Join([]string{"a"}, true, nil, ""), "no waiters: an uncontended call does not queue")
-	first := w.Join([]string{"a", "b"}, false, nil, "")
-	second := w.Join([]string{"b", "a"}, false, nil, "") // the same set, in another order
+	assert.Nil(t, w.Join([]string{"a"}, true, nil, "", time.Second), "no waiters: an uncontended call does not queue")
+	first := w.Join([]string{"a", "b"}, false, nil, "", time.Second)
+	second := w.Join([]string{"b", "a"}, false, nil, "", time.Second) // the same set, in another order
 	require.NotNil(t, first)
 	subscribed(t, n, 1)
-	third := w.Join([]string{"a", "b"}, true, nil, "")
+	third := w.Join([]string{"a", "b"}, true, nil, "", time.Second)
 	assert.NotNil(t, third, "waiters: a new call queues behind them")
 	assert.Equal(t, 3, w.Queued([]string{"b", "a"}))
 	assert.Zero(t, w.Queued([]string{"a"}))
@@ -103,7 +103,7 @@ func TestQueueAndWake(t *testing.T) {
 		t.Fatal("a subscription goroutine is left")
 	}
 	subscribed(t, n, 0)
-	assert.Nil(t, w.Join([]string{"a"}, false, nil, ""), "closed")
+	assert.Nil(t, w.Join([]string{"a"}, false, nil, "", time.Second), "closed")
 	_, ok = w.Close()
 	assert.False(t, ok, "Close twice")
 }
@@ -114,7 +114,7 @@ func TestSickNodeIsNotSubscribed(t *testing.T) {
 	n := &node{c: redistest.StartNode(t).Client()}
 	n.sick.Store(true)
 	w := New(n, 4, "~")
-	wt := w.Join([]string{"a"}, false, nil, "")
+	wt := w.Join([]string{"a"}, false, nil, "", time.Second)
 	time.Sleep(100 * time.Millisecond)
 	subscribed(t, n, 0)
 	n.sick.Store(false)
@@ -132,7 +132,7 @@ func TestSickNodeIsProbed(t *testing.T) {
 	n := &node{c: redistest.StartNode(t).Client(), heals: true}
 	n.sick.Store(true)
 	w := New(n, 4, "~")
-	wt := w.Join([]string{"a"}, false, nil, "")
+	wt := w.Join([]string{"a"}, false, nil, "", time.Second)
 	subscribed(t, n, 1)
 	assert.Equal(t, int32(1), n.probes.Load())
 	n.announce(t, "vvvv", "a")
@@ -148,8 +148,8 @@ func TestPerKeySubscriptions(t *testing.T) {
 	srv := redistest.StartNode(t).Client()
 	k := &perKey{c: srv}
 	w := New(k, 4, "~")
-	a := w.Join([]string{"a"}, false, nil, "")
-	a2 := w.Join([]string{"a"}, false, nil, "")
+	a := w.Join([]string{"a"}, false, nil, "", time.Second)
+	a2 := w.Join([]string{"a"}, false, nil, "", time.Second)
 	count := func() int64 {
 		m, err := srv.PubSubNumSub(context.Background(), "rel:a").Result()
 		require.NoError(t, err)
@@ -188,14 +188,14 @@ func TestUnknownSubscriptionIsNotAskedAgain(t *testing.T) {
 	var opened atomic.Int32
 	k := &sharded{c: srv, opened: &opened}
 	w := New(k, 4, "~")
-	a := w.Join([]string{"a"}, false, nil, "")
+	a := w.Join([]string{"a"}, false, nil, "", time.Second)
 	require.Eventually(t, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		_, ok := w.unknown[0]
 		return ok
 	}, 5*time.Second, 5*time.Millisecond, "the refusal is recorded")
-	b := w.Join([]string{"b"}, false, nil, "")
+	b := w.Join([]string{"b"}, false, nil, "", time.Second)
 	time.Sleep(2 * ResubscribeAfter) // what a retrying subscription would have used
 	assert.Equal(t, int32(1), opened.Load(), "subscriptions opened: the refused one only")
 	w.Leave(a, false)
@@ -206,7 +206,7 @@ func TestUnknownSubscriptionIsNotAskedAgain(t *testing.T) {
 	w.mu.Lock()
 	w.unknown[0] = time.Now().Add(-unknownRetry)
 	w.mu.Unlock()
-	c := w.Join([]string{"c"}, false, nil, "")
+	c := w.Join([]string{"c"}, false, nil, "", time.Second)
 	require.Eventually(t, func() bool { return opened.Load() == 2 }, 5*time.Second, 5*time.Millisecond, "asked again")
 	w.Leave(c, false)
 	subs, _ := w.Close()
@@ -240,8 +240,8 @@ func TestResubscriptionWakesTheHeads(t *testing.T) {
 	direct := &node{c: nd.Client()}
 	w := New(n, 4, "~")
 	t.Cleanup(func() { subs, _ := w.Close(); <-subs.Wait() })
-	wt := w.Join([]string{"a"}, false, nil, "")
-	other := w.Join([]string{"a"}, false, nil, "")
+	wt := w.Join([]string{"a"}, false, nil, "", time.Second)
+	other := w.Join([]string{"a"}, false, nil, "", time.Second)
 	subscribed(t, direct, 1)
 	assert.False(t, woken(wt, 100*time.Millisecond), "the first start wakes no one")
 
