@@ -436,8 +436,9 @@ func TestWaitersBehindTheHeadStayQuiet(t *testing.T) {
 }
 
 // A waiter behind the head still ends when its retries would have, with
-// the error of an attempt of its own; and when the head gives up, the next
-// in line tries at once, whatever its retry delay.
+// the error of an attempt of its own (its first is made a retry delay
+// after it queued); and when the head gives up, the next in line tries at
+// once, whatever its retry delay.
 func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	t.Parallel()
 	holder := newNodes(t, 3)
@@ -460,7 +461,7 @@ func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	stopHead, headDone := head(50 * time.Millisecond)
 	queued(t, waiter.rl, key, 1)
 
-	// Out of retries behind the head: it ends, having tried once itself.
+	// Out of retries behind the head: it ends, having tried twice itself.
 	var tries atomic.Int64
 	obs := redlock.WithObserver(&redlock.Observer{Attempt: func(redlock.AttemptInfo) { tries.Add(1) }})
 	begin := time.Now()
@@ -470,7 +471,7 @@ func TestQuietWaiterEndsAndTakesOver(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrResourceLocked)
 	assert.Less(t, took, 5*time.Second, "a waiter out of retries behind the head ended")
 	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "it waited its 4 retry delays")
-	assert.Equal(t, int64(1), tries.Load(), "its own attempt, the last")
+	assert.Equal(t, int64(2), tries.Load(), "its first attempt, after a retry delay in the queue, and its last")
 	stopHead()
 	require.ErrorIs(t, <-headDone, context.Canceled)
 	stopHead, headDone = head(time.Minute)
@@ -512,4 +513,74 @@ func TestQuietOnlyBehindAQuickerHead(t *testing.T) {
 	l := awaitLock(t, got, fail, 10*time.Second, "the waiter with a 50ms delay behind a head with a minute's did not take the lock")
 	_, err = l.Release(ctx)
 	require.NoError(t, err)
+}
+
+// A waiter stays quiet only behind a head whose last attempt found the
+// resources held by another: a head that cannot get even a free lock (here
+// it asks a replica's acknowledgement of nodes that have none) does not
+// keep the lock from the waiters behind it. (helper-18's probe: the one
+// behind waited for ever.)
+func TestQuietOnlyBehindAHeadThatMeetsAHolder(t *testing.T) {
+	t.Parallel()
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
+	ctx := context.Background()
+	const key = "{redlock}quietfails"
+	held, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	_, _, _ = waitFor(waiter.rl, key, redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0),
+		redlock.WithReplicaAck(1, 10*time.Millisecond))
+	queued(t, waiter.rl, key, 1)
+	got, fail, _ := waitFor(waiter.rl, key, redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0))
+	queued(t, waiter.rl, key, 2)
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	l := awaitLock(t, got, fail, 10*time.Second, "the waiter behind a head that cannot win did not take the free lock")
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}
+
+// A waiter that queues behind others makes its first attempt a retry delay
+// after it queued, so that a call whose ctx ends before its retries do
+// reports the contention it met (it said "not attempted"), and the retry
+// delay in the queue counts as a retry, so that WithRetryCount's window
+// holds (it was one delay over). A waiter behind a head that may wait
+// longer between attempts (its jitter) tries on its own delay.
+func TestQueuedWaiterKeepsItsWindowAndError(t *testing.T) {
+	t.Parallel()
+	holder := newNodes(t, 3)
+	waiter := newFixture(t, redistest.Setup{On: holder.Nodes})
+	ctx := context.Background()
+	const key = "{redlock}quietwindow"
+	_, err := holder.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	_, _, _ = waitFor(waiter.rl, key, redlock.WithRetryDelay(time.Second), redlock.WithRetryJitter(999*time.Millisecond))
+	queued(t, waiter.rl, key, 1)
+	tries := func() (redlock.Option, *atomic.Int64) {
+		var n atomic.Int64
+		return redlock.WithObserver(&redlock.Observer{Attempt: func(redlock.AttemptInfo) { n.Add(1) }}), &n
+	}
+
+	obs, n := tries()
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = waiter.rl.Acquire(cctx, []string{key}, time.Minute, redlock.WithRetryCount(-1),
+		redlock.WithRetryDelay(50*time.Millisecond), redlock.WithRetryJitter(0), obs)
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "a waiting call cut short by its ctx")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Positive(t, n.Load(), "attempts of a 1 s call with a 50ms delay")
+
+	const retries, delay = 3, 500 * time.Millisecond
+	begin := time.Now()
+	_, err = waiter.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(retries),
+		redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0))
+	took := time.Since(begin)
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.LessOrEqual(t, took, retries*delay+(retries+1)*100*time.Millisecond, "WithRetryCount's window (the default node timeout: 100ms)")
+
+	obs, n = tries()
+	_, err = waiter.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(4),
+		redlock.WithRetryDelay(time.Second), redlock.WithRetryJitter(0), obs)
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked)
+	assert.GreaterOrEqual(t, n.Load(), int64(4), "attempts behind a head whose jitter lets it wait up to 2 s")
 }

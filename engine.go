@@ -123,16 +123,18 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// answered.
 	id, atOnce := p.hook().waiter()
 	if c.waits && atOnce {
-		c.wt = r.wake.Join(p.res, false, p.tag(), id, cfg.retryDelay)
+		c.wt = r.wake.Join(p.res, false, p.tag(), id, maxDelay(cfg))
 	}
 	i := 0
 	if c.waits && !atOnce && !r.wake.Idle() { // no one waits: no tag to make (Join would return nil)
-		if c.wt = r.wake.Join(p.res, true, p.tag(), id, cfg.retryDelay); c.wt != nil {
-			s := c.behind(p, sleepOrWake(ctx, retryDelay(cfg), c.wt.C()), retriesLeft(cfg, -1))
+		if c.wt = r.wake.Join(p.res, true, p.tag(), id, maxDelay(cfg)); c.wt != nil {
+			s := sleepOrWake(ctx, retryDelay(cfg), c.wt.C())
 			if !s.alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
-			i = s.spent
+			if !s.woken {
+				i = 1 // the pause counts as a retry, as one after an attempt does
+			}
 		}
 	}
 	for ; ; i++ {
@@ -185,6 +187,9 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		i += s.spent
 	}
 }
+
+// maxDelay is the longest retry delay cfg draws.
+func maxDelay(cfg *config) time.Duration { return cfg.retryDelay + max(cfg.retryJitter, 0) }
 
 // retriesLeft is how many retries cfg allows after attempt i (-1: before
 // the first) besides the next attempt; -1 when they are unlimited.
@@ -302,8 +307,11 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 // waiter took the rest).
 func (c *run) pause(p *plan, split, denied bool, left int) slept {
 	if c.wt == nil && c.waits {
-		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), c.cfg.retryDelay)
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), maxDelay(c.cfg))
 	}
+	// What its last attempt found tells the waiters behind it whether
+	// they may stay quiet (see behind).
+	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended)
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
@@ -337,10 +345,11 @@ func (c *run) pause(p *plan, split, denied bool, left int) slept {
 
 // behind goes on waiting, after a pause s that no wake ended, while the
 // call queues behind its queue's head for resources that a release frees
-// for one caller (plan.single), and a node's subscription hears their
-// releases: the head's attempts are the queue's (the release wakes it; it
-// tries after its own pause when an announcement is lost), and its leaving
-// without the lock wakes the next. Each retry delay
+// for one caller (plan.single), a node's subscription hears their releases,
+// and the head's last attempt found them held by another (see
+// wake.Waker.Behind): the head's attempts are the queue's (the release
+// wakes it; it tries after its own pause when an announcement is lost),
+// and its leaving without the lock wakes the next. Each retry delay
 // spent so counts as a retry; left is how many the call may spend (-1: no
 // bound), so that it makes its last attempt when its retries run out.
 func (c *run) behind(p *plan, s slept, left int) slept {

@@ -126,7 +126,7 @@ func (c *run) handedOver(p *plan) bool {
 		// The hand-over took it out of the queue: it waits again, at the
 		// back of the queue.
 		c.r.wake.Leave(c.wt, false)
-		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), c.cfg.retryDelay)
+		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), maxDelay(c.cfg))
 		return false
 	}
 	c.o.tries = c.tries

@@ -338,7 +338,8 @@ type Waiter struct {
 	wake  chan struct{} // holds one pending wake
 	tag   any           // what a hand-over must match (see HandOver); nil: none
 	id    string        // its id in the nodes' queues (a fair queue), or ""
-	every time.Duration // how often it tries when no wake comes (see Behind)
+	every time.Duration // the longest it waits between attempts when no wake comes (see Behind)
+	held  bool          // guarded by Waker.mu: its last attempt found the resources held by another (see Tried)
 	offer any           // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
 	// id), with the latest time each announced, guarded by Waker.mu.
@@ -368,8 +369,8 @@ func groupID(keys []string) string {
 // Waiter. tag, when not nil (and comparable), lets HandOver pass the waiter
 // what a holder offers with an equal tag. id, when not empty, is the
 // waiter's id in the nodes' queues: an announcement that a resource was
-// handed to it wakes it (see New's handed). every is how often it tries
-// when no wake comes (see Behind).
+// handed to it wakes it (see New's handed). every is the longest it waits
+// between attempts when no wake comes (see Behind).
 func (w *Waker) Join(keys []string, queuedOnly bool, tag any, id string, every time.Duration) *Waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -506,11 +507,24 @@ func (w *Waker) Handed(wt *Waiter) []Hand {
 	return slices.Clone(wt.handedBy)
 }
 
+// Tried records whether wt's last attempt found its resources held by
+// another (a holder whose release will be announced). A nil wt is ignored.
+func (w *Waker) Tried(wt *Waiter, held bool) {
+	if wt == nil {
+		return
+	}
+	w.mu.Lock()
+	wt.held = held
+	w.mu.Unlock()
+}
+
 // Behind reports whether wt queues behind another waiter (its queue's
-// head, which an announcement wakes) that tries at least as often when no
-// wake comes, while a node's confirmed subscription hears the release
-// announcements of each of its resources; false for a nil wt, or one out
-// of its queue (handed an offer).
+// head, which an announcement wakes) whose last attempt found the
+// resources held by another (Tried) and that waits no longer between
+// attempts, while a node's confirmed subscription hears the release
+// announcements of each of its resources: then the head's attempts stand
+// for wt's. It is false for a nil wt, or one out of its queue (handed an
+// offer).
 func (w *Waker) Behind(wt *Waiter) bool {
 	if wt == nil {
 		return false
@@ -518,7 +532,7 @@ func (w *Waker) Behind(wt *Waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := wt.group.queue
-	if slices.Index(q, wt) <= 0 || q[0].every > wt.every {
+	if slices.Index(q, wt) <= 0 || !q[0].held || q[0].every > wt.every {
 		return false
 	}
 	for s := range w.subs {
