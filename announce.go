@@ -18,9 +18,10 @@ import (
 // lock is held (a held lock hears its force release there). The waiters of
 // one Redlock for the same resources are woken first come first served,
 // and while a node's subscription hears their releases, a waiter behind
-// the first makes no attempt between wakes when the first's retry delay is
-// no longer than its own (an exclusive lock's; every waiter of a
-// semaphore, a shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
+// the first makes no attempt between wakes when the first one's last
+// attempt found them held by another and its retry delay and jitter are no
+// longer than its own (an exclusive lock's; every waiter of a semaphore, a
+// shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
 // at most the retry delay. With false, no subscription is opened. Default:
 // true.
 func WithWakeOnRelease(on bool) LockOption {

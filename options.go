@@ -154,7 +154,8 @@ func WithDriftFactor(f float64) CallOption {
 // a node timeout each, so at most n × (delay + jitter) + (n+1) × the node
 // timeout (4.1s by default; 2.4-3.5s measured with 2 of 3 nodes hung). A retry
 // that a release announcement woke early ([WithWakeOnRelease]) does not
-// count against n within the window, and does past it. An error that retrying cannot fix (a wrong password, an ACL,
+// count against n within the window, and does past it; a retry delay spent
+// queued behind another waiter counts, attempt or not. An error that retrying cannot fix (a wrong password, an ACL,
 // resources in different Cluster slots) ends the call at once.
 func WithRetryCount(n int) CallOption {
 	return func(c *config) { c.retryCount = n }
