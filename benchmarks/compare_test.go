@@ -35,7 +35,7 @@ var (
 	nodeBench  = flag.Bool("node", true, "add node-redlock's column when benchmarks/node is installed (npm ci)")
 	reportFile = flag.String("report", "", "also write the table to this file")
 	only       = flag.String("only", "", "comma-separated name prefixes: run only these libraries (node-redlock: \"node\", the raw-socket ceiling: \"ceiling\"; a name ending in $: that row alone, as \"redlock$\")")
-	workloads  = flag.String("workloads", "", "comma-separated: run only these workloads, of "+strings.Join(workloadNames, ", ")+" (default: all)")
+	workloads  = flag.String("workloads", "", "comma-separated: run only these workloads, of "+strings.Join(workloadNames, ", ")+" (default: all but "+strings.Join(optIn, " and ")+")")
 )
 
 // The workloads, as -workloads and library.workloads name them: the four of
@@ -48,9 +48,15 @@ const (
 	wContended = "contended" // 8 goroutines of one process, one key
 	wCross     = "cross"     // 4 processes × 2 goroutines, one key
 	wInterop   = "interop"   // the same, 2 processes of redlock and 2 of node-redlock on one key
+	wHerd      = "herd"      // N waiters over P processes, one key, no think time (herd_test.go)
+	wHolders   = "holders"   // N calls of Using holding distinct keys (holders_test.go)
 )
 
-var workloadNames = []string{wSeq, wSlow, wPar, wContended, wCross, wInterop}
+var workloadNames = []string{wSeq, wSlow, wPar, wContended, wCross, wInterop, wHerd, wHolders}
+
+// optIn is the workloads that run only when -workloads names them: they
+// take minutes.
+var optIn = []string{wHerd, wHolders}
 
 // inProcess is the workloads of the first table.
 const inProcess = wSeq + "," + wSlow + "," + wPar + "," + wContended
@@ -111,7 +117,10 @@ func (lib library) runs(w string) bool {
 
 // workloadSelected reports whether -workloads selects workload w.
 func workloadSelected(w string) bool {
-	return *workloads == "" || slices.Contains(strings.Split(*workloads, ","), w)
+	if *workloads == "" {
+		return !slices.Contains(optIn, w)
+	}
+	return slices.Contains(strings.Split(*workloads, ","), w)
 }
 
 // TestCompare runs every library on the workloads on the same nodes and
@@ -231,6 +240,17 @@ func TestCompare(t *testing.T) {
 			table += "\n"
 		}
 		table += formatCross(crossRows)
+	}
+	for _, w := range []struct {
+		name string
+		run  func(*testing.T, []string) string
+	}{{wHerd, herd}, {wHolders, holders}} {
+		if workloadSelected(w.name) {
+			if table != "" {
+				table += "\n"
+			}
+			table += w.run(t, addrs[:herdNodes])
+		}
 	}
 	fmt.Println(table)
 	if *reportFile != "" {
