@@ -107,6 +107,9 @@ type attemptState struct {
 	ext *extension
 }
 
+// extendMany runs several locks' extensions (script.Extend) in one call.
+var extendMany = &lane.Many{Hash: script.ExtendMany.Hash, Src: script.ExtendMany.Src}
+
 // attempt runs p on every node at once and collects votes until the outcome
 // is certain. It returns when a quorum has voted either way, not when every
 // node has: a slow or hung minority never holds it up, and no node holds it
@@ -155,6 +158,9 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		s, sargs := scriptFor(nd, p.s, p.res, args)
 		nc.as, nc.i, nc.s, nc.acks = as, i, s, -1
 		nc.Call = lane.Call{Kind: kind, Hash: s.Hash, Src: s.Src, Keys: p.keys, Args: sargs, Cmd: last.of(s, p.keys, sargs), Timeout: cfg.nodeTimeout, Ack: ack, H: nc}
+		if s == script.Extend && ack == nil {
+			nc.Many = extendMany // due together on a node, extensions go in one script call
+		}
 		nd.Lane(p.res[0], p.acked).Submit(&nc.Call)
 	}
 

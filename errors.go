@@ -412,7 +412,8 @@ type refusal struct {
 const aclRemedy = "the client's ACL user may not run what a lock needs: EVALSHA and EVAL; from the scripts GET, SET, DEL, " +
 	"PTTL, PEXPIRE and TIME on the lock's keys, and ZADD, ZREM, ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE, ZSCORE and ZCOUNT " +
 	"on its redlock:* keys (fencing counters " + script.FencePrefix + "*, semaphores, shared locks, fair queues, elections); " +
-	"WAIT with WithReplicaAck, WAITAOF with WithAOFAck. Allow PUBLISH (SPUBLISH on a Cluster) too, or waiters wake only at their retry delay"
+	"WAIT with WithReplicaAck, WAITAOF with WithAOFAck. Allow PUBLISH (SPUBLISH on a Cluster) too, or waiters wake only at their retry delay, " +
+	"and MGET and TYPE, or extensions due together go one script call each"
 
 // refusals are the error replies that end a call at once when they keep it
 // from a quorum. Replies that a failover, a restart or time can change

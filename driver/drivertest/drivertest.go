@@ -80,6 +80,7 @@ var checks = []struct {
 	{"FairQueue", fairQueue},
 	{"OneServerTwice", oneServerTwice},
 	{"StartsWithANodeDown", startsWithANodeDown},
+	{"ExtensionsTogether", extensionsTogether},
 }
 
 // servers starts n servers, and returns them with nodes of d on them.
@@ -135,6 +136,82 @@ func holds(t *testing.T, srv []*redistest.Node, key, value string) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// extensionsTogether: 200 locks extended at once on servers 5ms away go in
+// a few script calls per server (script.ExtendMany), and each lock's answer
+// is its own: extended, or on the server where its key holds a hash,
+// refused with WRONGTYPE while the others extend.
+func extensionsTogether(t *testing.T, d Driver) {
+	ctx := context.Background()
+	srv := redistest.Start(t, 3)
+	nodes := make([]driver.Node, 3)
+	for i, s := range srv {
+		px := redistest.NewProxy(t, s.Addr())
+		px.SetLatency(5*time.Millisecond, 0)
+		nodes[i] = d.Node(t, px.Addr())
+	}
+	rl := newRedlock(t, nodes, redlock.WithNodeTimeout(time.Second))
+	locks := make([]*redlock.Lock, 200)
+	for i := range locks {
+		l, err := rl.Acquire(ctx, []string{"many:" + strconv.Itoa(i)}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = l
+	}
+	const odd = 17 // its key is a hash on server 0
+	if err := srv[0].Client().Del(ctx, "many:17").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv[0].Client().HSet(ctx, "many:17", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls := func(s *redistest.Node) int {
+		info := s.Client().Info(ctx, "commandstats").Val()
+		n := 0
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+					v, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	before := []int{calls(srv[0]), calls(srv[1]), calls(srv[2])}
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = l.Extend(ctx, 2*time.Minute)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("lock %d: Extend = %v", i, err)
+		}
+	}
+	for i, s := range srv {
+		if n := calls(s) - before[i]; n >= len(locks)/4 {
+			t.Errorf("server %d ran %d script calls for %d extensions due together", i, n, len(locks))
+		}
+	}
+	for i, l := range locks {
+		if i == odd {
+			continue
+		}
+		if got := srv[1].Client().PTTL(ctx, l.Resources()[0]).Val(); got < time.Minute+30*time.Second {
+			t.Errorf("lock %d: ttl %v on server 1 after its extension to 2m", i, got)
+		}
+	}
+	if v, _ := srv[0].Client().Type(ctx, "many:17").Result(); v != "hash" {
+		t.Errorf("the hash at many:17 on server 0 is a %s after the extensions", v)
 	}
 }
 

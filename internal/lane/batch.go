@@ -233,7 +233,10 @@ func (p *Call) command() []any {
 // With ask, the pipeline starts with INFO server, and runBatch returns the
 // server's run_id (see identity.go; "" when INFO was refused, an ACL that
 // forbids it), and whether the server answered the question.
-func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
+//
+// Calls with the same Many one after the other in calls go as one call of
+// it (see manyEnd), when their round lets them (Call.merge).
+func (l *Lane) runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
 	ack := strictest(calls)
 	key := "" // routes the INFO and the WAIT on a Cluster
 	if len(calls[0].Keys) > 0 {
@@ -261,7 +264,18 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 		info = &driver.Cmd{Args: []any{"info", "server"}, Key: key}
 		cmds = append(cmds, info)
 	}
+	var many []*manyCall
+	lead := manyCalls(calls, l.node.isCluster)
 	for _, p := range calls {
+		if m := lead[p]; m != nil && len(m.calls) > 1 {
+			m.cmd = driver.Cmd{Args: m.command(l.manyBy(p.Many)), Key: p.Keys[0]}
+			many = append(many, m)
+			cmds = append(cmds, &m.cmd)
+			continue
+		}
+		if p.merged {
+			continue // in the Many call of a call before it
+		}
 		p.cmd = driver.Cmd{Args: p.command()}
 		if len(p.Keys) > 0 {
 			p.cmd.Key = p.Keys[0]
@@ -276,6 +290,9 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 	c.Do(context.Background(), cmds)
 	for _, p := range calls {
 		p.res = Result{Reply: p.cmd.Reply, Err: p.cmd.Err, Acks: -1, Local: -1}
+	}
+	for _, m := range many {
+		m.split()
 	}
 	if ack != nil {
 		readAcks(calls, wait)
@@ -292,6 +309,125 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 	return "", false
 }
 
+// manyCall is calls that go as one call of their Many script.
+type manyCall struct {
+	calls []*Call
+	keys  int // theirs, in all
+	cmd   driver.Cmd
+}
+
+// manyCalls groups the calls of a batch that go as one call of their Many
+// script, by the first of each group: the calls with a Many, their round's
+// leave (merge) and no Ack, whose keys no other call of the batch has (so
+// that running one before the calls that came before it changes nothing),
+// per Many and, on a Cluster, per hash slot; at most maxManyCalls calls and
+// maxManyKeys keys a group. Nil when fewer than two could go together.
+func manyCalls(calls []*Call, cluster bool) map[*Call]*manyCall {
+	n := 0
+	for _, c := range calls {
+		if c.Many != nil && c.merge && c.Ack == nil && len(c.Keys) > 0 {
+			n++
+		}
+	}
+	if n < 2 {
+		return nil
+	}
+	uses := make(map[string]int, len(calls))
+	for _, c := range calls {
+		for _, k := range c.Keys {
+			uses[k]++
+		}
+	}
+	type bucket struct {
+		many *Many
+		slot uint16
+	}
+	open := map[bucket]*manyCall{}
+	lead := make(map[*Call]*manyCall, 4)
+	for _, c := range calls {
+		if c.Many == nil || !c.merge || c.Ack != nil || len(c.Keys) == 0 {
+			continue
+		}
+		shared := false
+		for _, k := range c.Keys {
+			if uses[k] > 1 {
+				shared = true
+				break
+			}
+		}
+		if shared {
+			continue
+		}
+		b := bucket{many: c.Many}
+		if cluster {
+			b.slot = slot.Of(c.Keys[0])
+		}
+		m := open[b]
+		if m == nil || len(m.calls) == maxManyCalls || m.keys+len(c.Keys) > maxManyKeys {
+			m = &manyCall{}
+			open[b] = m
+			lead[c] = m
+		}
+		m.calls = append(m.calls, c)
+		m.keys += len(c.Keys)
+	}
+	return lead
+}
+
+// command returns the arguments of m's call of its Many script: by its
+// hash, or with its source.
+func (m *manyCall) command(how evalBy) []any {
+	keys, args := 0, 0
+	for _, c := range m.calls {
+		keys += len(c.Keys)
+		args += 1 + len(c.Args)
+	}
+	cmd := make([]any, 3, 3+keys+args)
+	mn := m.calls[0].Many
+	if how == withSource {
+		cmd[0], cmd[1] = evalName, mn.Src
+	} else {
+		cmd[0], cmd[1] = evalSHAName, mn.Hash
+	}
+	cmd[2] = keys
+	for _, c := range m.calls {
+		c.merged = true
+		for _, k := range c.Keys {
+			cmd = append(cmd, k)
+		}
+	}
+	for _, c := range m.calls {
+		cmd = append(cmd, len(c.Keys))
+		cmd = append(cmd, c.Args...)
+	}
+	return cmd
+}
+
+// split gives each call its part of the Many call's answer: its reply, or
+// the error its script would have raised; the Many call's own error (each
+// call then goes again alone: see resends); or, for an answer of another
+// shape, the whole answer, which the call's reader refuses.
+func (m *manyCall) split() {
+	replies, ok := m.cmd.Reply.([]any)
+	ok = ok && len(replies) == len(m.calls)
+	for k, c := range m.calls {
+		r := Result{Acks: -1, Local: -1}
+		switch {
+		case m.cmd.Err != nil:
+			r.Err, r.manyErr = m.cmd.Err, true
+		case !ok:
+			r.Reply = m.cmd.Reply
+		default:
+			if e, isErr := replies[k].(string); isErr {
+				r.Err = driver.ReplyError(e)
+			} else {
+				r.Reply = replies[k]
+			}
+		}
+		c.res = r
+	}
+}
+
 // run runs calls through the node's conn (runBatch). On a Cluster of
 // another client than go-redis (one lane for the whole Cluster), a batch
 // that waits for replicas goes as one round per slot, each ending with its
@@ -301,7 +437,7 @@ func runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id
 func (l *Lane) run(calls []*Call, ask bool) (id string, answered bool) {
 	nd := l.node
 	if !nd.isCluster || nd.cluster != nil || strictest(calls) == nil {
-		return runBatch(nd.conn, calls, ask, l.base)
+		return l.runBatch(nd.conn, calls, ask, l.base)
 	}
 	var order []uint16
 	bySlot := map[uint16][]*Call{}
@@ -316,7 +452,7 @@ func (l *Lane) run(calls []*Call, ask bool) (id string, answered bool) {
 		bySlot[s] = append(bySlot[s], c)
 	}
 	for _, s := range order {
-		runBatch(nd.conn, bySlot[s], false, l.base)
+		l.runBatch(nd.conn, bySlot[s], false, l.base)
 	}
 	return "", false
 }

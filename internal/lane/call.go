@@ -100,13 +100,38 @@ type Call struct {
 	Timeout time.Duration // how long the node may stay silent (at least the lane's node timeout)
 	Ack     *Ack          // the replicas its write must reach (Write only), or nil
 	H       Handler
+	// Many, when set, is the script that runs several calls of this one's
+	// script at once: calls with the same Many that a batch holds one
+	// after the other go as one call of it (see runBatch).
+	Many *Many
 
-	res Result // written by the worker that sends it
+	// merge, set by the worker that sends it, lets it go in a Many call;
+	// merged says that it went in one (its res is its part of the answer).
+	merge, merged bool
+	res           Result // written by the worker that sends it
 	// cmd is the call's command in its batch, and one the batch's commands
 	// when it goes alone (see runBatch): the worker that sends it owns them.
 	cmd driver.Cmd
 	one [1]*driver.Cmd
 }
+
+// Many is a script that runs several calls of another script at once, as
+// one after the other: its KEYS are theirs, call after call; its ARGV, per
+// call, the number of the call's keys, then the call's Args. It answers
+// one reply per call: the other script's answer, or (a string) the error
+// the other script would have raised. The calls of one Many call have no
+// key in common, and on a Cluster one hash slot.
+type Many struct {
+	Hash, Src string
+}
+
+// The most calls, and keys, that one Many call takes: a Lua script takes
+// at most 8000 values on its stack (unpack of the KEYS), and a long script
+// holds the node up.
+const (
+	maxManyCalls = 256
+	maxManyKeys  = 1024
+)
 
 // Handler is told what becomes of a call.
 type Handler interface {
@@ -166,6 +191,9 @@ type Result struct {
 	// something else).
 	Acks, Local int
 	AckErr      error
+	// manyErr: Err is the error of the Many call the call went in, which
+	// ran none of it or part of it (see resends).
+	manyErr bool
 }
 
 // TimeoutError says that the node did not answer in time, or that its

@@ -68,6 +68,9 @@ type Lane struct {
 	// the lane's last set-up (or its last NOSCRIPT): the others go with
 	// their source (EVAL), so that a first call costs one round trip.
 	loaded map[string]struct{}
+	// manyOff is set when the server refused a Many call (see Call.Many):
+	// until the next set-up, calls go one by one.
+	manyOff bool
 	// rtt is how long the last answered round took (ns), late ones
 	// included: what a timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64
@@ -400,7 +403,9 @@ func resends(batch []*Call, onTime bool) []*Call {
 	var keys map[string]struct{} // the keys of the calls sent again so far
 	for _, c := range batch {
 		switch {
-		case c.res.Err != nil && hasPrefix(c.res.Err, "NOSCRIPT"):
+		case c.res.Err != nil && hasPrefix(c.res.Err, "NOSCRIPT"), c.res.manyErr && isReply(c.res.Err):
+			// Its script (or its Many call's) was not cached, or its
+			// Many call was refused: it goes again alone, with its source.
 			if !onTime && c.Kind == Write {
 				continue
 			}

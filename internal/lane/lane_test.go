@@ -390,3 +390,34 @@ func TestSilentRoundReadsNothingAResendWrites(t *testing.T) {
 		t.Fatal("a worker is left")
 	}
 }
+
+// manyCalls groups the calls that may run out of their batch's order: each
+// with a Many and keys no other call of the batch has; per hash slot on a
+// Cluster; none with an Ack; and up to maxManyCalls a group.
+func TestManyCallsGroupOnlyCallsThatCommute(t *testing.T) {
+	m := &Many{Hash: "h", Src: "s"}
+	call := func(many *Many, keys ...string) *Call { return &Call{Many: many, merge: many != nil, Keys: keys} }
+	a, b := call(m, "{x}a"), call(m, "{x}b")
+	rel := call(nil, "{x}c")                // no Many: alone
+	c1, c2 := call(m, "{x}c"), call(m, "d") // c1 shares its key with rel: alone, in its place
+	acked := call(m, "e")
+	acked.Ack = &Ack{}
+	calls := []*Call{a, rel, b, c1, acked, c2}
+
+	lead := manyCalls(calls, false)
+	require.Len(t, lead, 1)
+	assert.Equal(t, []*Call{a, b, c2}, lead[a].calls, "one group, led by the first")
+
+	lead = manyCalls(calls, true)
+	assert.Equal(t, []*Call{a, b}, lead[a].calls, "{x} and d are in different slots")
+	assert.Equal(t, []*Call{c2}, lead[c2].calls)
+
+	var big []*Call
+	for i := range maxManyCalls + 1 {
+		big = append(big, call(m, "k"+string(rune('a'+i%26))+string(rune('a'+i/26))))
+	}
+	lead = manyCalls(big, false)
+	assert.Len(t, lead[big[0]].calls, maxManyCalls)
+	assert.Len(t, lead[big[maxManyCalls]].calls, 1)
+	assert.Nil(t, manyCalls([]*Call{a}, false), "one call")
+}

@@ -165,7 +165,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 	if spoke {
 		// The connection is in the pool, and the server's script cache
 		// is not known: each script's next call carries its source.
-		l.ready, l.cause, l.loaded, l.slowSetUp = true, nil, nil, false
+		l.ready, l.cause, l.loaded, l.slowSetUp, l.manyOff = true, nil, nil, false, false
 	} else if !IsTimeout(err) && !errors.Is(err, driver.ErrClosed) {
 		l.cause = err
 	}
@@ -241,7 +241,20 @@ func (l *Lane) choose(calls []*Call, how evalBy) {
 	for _, c := range calls {
 		_, known := l.loaded[c.Hash]
 		c.src = how == withSource || !known
+		c.merge = how == bySHA && c.Many != nil && !l.manyOff
+		c.merged = false
 	}
+}
+
+// manyBy returns how a Many call of m goes: by its hash once the server is
+// known to have it cached.
+func (l *Lane) manyBy(m *Many) evalBy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, known := l.loaded[m.Hash]; known {
+		return bySHA
+	}
+	return withSource
 }
 
 // learn records what a round's answers say of the server's script cache
@@ -253,6 +266,24 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 	answered := false
 	for _, c := range calls {
 		err := c.res.Err
+		if c.merged {
+			switch {
+			case err != nil && hasPrefix(err, "NOSCRIPT"):
+				delete(l.loaded, c.Many.Hash)
+			case err != nil && isReply(err) && c.res.manyErr:
+				// The Many call itself was refused (an ACL without MGET
+				// or TYPE, say): its calls go one by one from now on, on
+				// this connection set-up.
+				l.manyOff = true
+			case isReply(err):
+				answered = true
+				if l.loaded == nil {
+					l.loaded = make(map[string]struct{}, 16)
+				}
+				l.loaded[c.Many.Hash] = struct{}{}
+			}
+			continue
+		}
 		switch {
 		case err != nil && hasPrefix(err, "NOSCRIPT"):
 			// Its next call carries it. (A set-up forgets every

@@ -8,6 +8,7 @@ var generated = map[string]*Script{
 	"Cleanup":        Cleanup,
 	"ElectExtend":    ElectExtend,
 	"Extend":         Extend,
+	"ExtendMany":     ExtendMany,
 	"FairAcquire":    FairAcquire,
 	"FairExtend":     FairExtend,
 	"FairRelease":    FairRelease,

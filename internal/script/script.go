@@ -88,6 +88,50 @@ if lost then return -#KEYS end
 return #KEYS
 `
 
+	// extendManySrc runs extendSrc for several locks in one call, as one
+	// after the other: KEYS are their keys one lock after the other, and
+	// ARGV, per lock, its number of keys, its value and its ttl. It answers
+	// one reply per lock: what extendSrc answers, or the text of the error
+	// extendSrc would raise (a key that holds another type). One MGET reads
+	// every key (a lane sends no two locks with a key in common together),
+	// and each held key costs one PEXPIRE: about one command per lock and
+	// node, where extendSrc costs three (its EVALSHA, a GET and a SET).
+	extendManySrc = `
+local vals = redis.call("mget", unpack(KEYS))
+local out = {}
+local k = 0
+for a = 1, #ARGV, 3 do
+  local n, value, ttl = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+  local r, lost = n, false
+  for i = k + 1, k + n do
+    local v = vals[i]
+    if not v then
+      if redis.call("type", KEYS[i])["ok"] ~= "none" then
+        r = "` + WrongType + `"
+        break
+      end
+      lost = true
+    elseif v ~= value then
+      r = 0
+      break
+    end
+  end
+  if r == n then
+    for i = k + 1, k + n do
+      if vals[i] then
+        redis.call("pexpire", KEYS[i], ttl)
+      else
+        redis.call("set", KEYS[i], value, "PX", ttl)
+      end
+    end
+    if lost then r = -n end
+  end
+  out[#out + 1] = r
+  k = k + n
+end
+return out
+`
+
 	// releaseSrc deletes the keys that hold this lock's value and counts
 	// them, so that an expired or stolen key counts against. Each freed key
 	// is announced on ReleasedChannel as value..key, for the waiters (see
@@ -227,6 +271,9 @@ return count
 // fencing counter holding something other than a token, ExhaustedCounter
 // that of one that found a counter at MaxToken.
 const (
+	// WrongType is the error of a script that reads a key holding
+	// another type than a string, as Redis words it.
+	WrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value"
 	BadCounter       = "ERR redlock: the fencing counter "
 	ExhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
 )
@@ -281,6 +328,7 @@ var (
 	Probe          = newScript(probeSrc)
 	Acquire        = newScript(acquireSrc)
 	Extend         = &Script{Src: extendSrc, Hash: newScript(extendSrc).Hash, Restores: true}
+	ExtendMany     = newScript(extendManySrc)
 	Release        = newScript(releaseSrc)
 	ReleaseSharded = newScript(releaseShardedSrc)
 	Cleanup        = newScript(cleanupSrc)

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -119,4 +120,113 @@ func TestRead(t *testing.T) {
 	_, err = Acquire.Read("OK", 1)
 	assert.EqualError(t, err, "redlock: unexpected result of type string returned from redis")
 	assert.NotEqual(t, Release.Hash, ReleaseSharded.Hash)
+}
+
+// ExtendMany answers, lock by lock, what Extend answers when the locks are
+// extended one after the other, and leaves the keys as Extend does (value
+// and ttl), whatever each lock's keys hold: its value, another value,
+// nothing, a tombstone, or a key of another type.
+func TestExtendManyIsExtendOneByOne(t *testing.T) {
+	c := redistest.StartNode(t).Client()
+	ctx := context.Background()
+	type lock struct {
+		keys  []string
+		value string
+		ttl   int64
+	}
+	// Each key's starting state: "" missing, "#" a hash, else a string value.
+	states := []string{"v", "other", "", "#", Tombstone, "v", "", "v"}
+	var locks []lock
+	n := 0
+	for size := 1; size <= 3; size++ {
+		for i := range len(states) {
+			var keys []string
+			for j := range size {
+				keys = append(keys, "m"+string(rune('a'+n))+string(rune('0'+j)))
+				_ = i
+			}
+			n++
+			locks = append(locks, lock{keys, "v", int64(10000 + 1000*n)})
+		}
+	}
+	seed := func(prefix string) {
+		for li, l := range locks {
+			for j, k := range l.keys {
+				st := states[(li+j*3)%len(states)]
+				if li%len(states) == 0 {
+					st = "v" // every size has a lock held on all its keys
+				}
+				switch st {
+				case "":
+				case "#":
+					require.NoError(t, c.HSet(ctx, prefix+k, "f", "x").Err())
+				default:
+					require.NoError(t, c.Set(ctx, prefix+k, st, 0).Err())
+				}
+			}
+		}
+	}
+	snapshot := func(prefix string) map[string]string {
+		out := map[string]string{}
+		for _, l := range locks {
+			for _, k := range l.keys {
+				typ := c.Type(ctx, prefix+k).Val()
+				v := typ
+				if typ == "string" {
+					v = c.Get(ctx, prefix+k).Val()
+				}
+				ttl := c.PTTL(ctx, prefix+k).Val().Milliseconds()
+				out[k] = v + "/" + strconv.FormatInt((ttl+500)/1000, 10)
+			}
+		}
+		return out
+	}
+	prefixed := func(prefix string, keys []string) []string {
+		out := make([]string, len(keys))
+		for i, k := range keys {
+			out[i] = prefix + k
+		}
+		return out
+	}
+
+	seed("one:")
+	var want []string
+	for _, l := range locks {
+		res, err := c.EvalSha(ctx, Extend.Hash, prefixed("one:", l.keys), l.value, l.ttl).Result()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = c.Eval(ctx, Extend.Src, prefixed("one:", l.keys), l.value, l.ttl).Result()
+		}
+		if err != nil {
+			assert.Contains(t, err.Error(), WrongType)
+			want = append(want, WrongType)
+			continue
+		}
+		want = append(want, strconv.FormatInt(res.(int64), 10))
+	}
+	seed("many:")
+	var keys []string
+	var args []any
+	for _, l := range locks {
+		keys = append(keys, prefixed("many:", l.keys)...)
+		args = append(args, len(l.keys), l.value, l.ttl)
+	}
+	res, err := c.Eval(ctx, ExtendMany.Src, keys, args...).Result()
+	require.NoError(t, err)
+	var got []string
+	for _, r := range res.([]any) {
+		switch r := r.(type) {
+		case int64:
+			got = append(got, strconv.FormatInt(r, 10))
+		case string:
+			got = append(got, r)
+		default:
+			t.Fatalf("ExtendMany answered %T %v", r, r)
+		}
+	}
+	assert.Equal(t, want, got, "answers, lock by lock")
+	assert.Equal(t, snapshot("one:"), snapshot("many:"), "the keys after")
+	assert.Contains(t, want, "-2", "a lock written back")
+	assert.Contains(t, want, "3", "a lock extended")
+	assert.Contains(t, want, "0", "a lock held by another")
+	assert.Contains(t, want, WrongType, "a key of another type")
 }
