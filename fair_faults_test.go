@@ -193,8 +193,17 @@ func TestFairStaleHandOverAllFair(t *testing.T) {
 		X, xOwn := ownRedlock(t, f, ownProxies, redlock.WithFairQueue(true))
 		hpx, xpx := hOwn.proxies, xOwn.proxies
 		healOnCleanup(t, f.Proxies, hpx, xpx)
+		// H's lock on every node: a new Redlock's Acquire returns at a
+		// quorum, and its third write, still setting up a connection on a
+		// loaded machine, may never land (CI on 8987f5a: node 2 did not
+		// hold H's lock, and H's release found it on 1 of 3 nodes).
+		warm(t, H)
 		hl, err := H.Acquire(ctx, []string{key}, 10*time.Second)
 		require.NoError(t, err)
+		for i, p := range f.Peek {
+			require.Eventually(t, func() bool { return p.Get(ctx, key).Val() == hl.Value() }, 5*time.Second, time.Millisecond,
+				"trial %d: node %d holds H's lock", trial, i)
+		}
 		// warm X's pools, then cut X from nodes 0 and 1
 		wl, err := X.Acquire(ctx, []string{key + "warm"}, time.Second)
 		require.NoError(t, err)
