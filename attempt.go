@@ -108,7 +108,7 @@ type attemptState struct {
 }
 
 // extendMany runs several locks' extensions (script.Extend) in one call.
-var extendMany = &lane.Many{Hash: script.ExtendMany.Hash, Src: script.ExtendMany.Src}
+var extendMany = &lane.Many{Hash: script.ExtendMany.Hash, Src: script.ExtendMany.Src, Alone: script.AloneMark}
 
 // attempt runs p on every node at once and collects votes until the outcome
 // is certain. It returns when a quorum has voted either way, not when every

@@ -216,3 +216,99 @@ func TestExtensionsDueTogetherOnACluster(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// A call of many that a node refuses partway (its ACL user lacks TYPE,
+// which the call asks of a key it found missing, after it wrote earlier
+// locks' keys) counts each lock as its own call would: a lock gone from 2
+// of 3 nodes is lost (ErrLockExpired), whichever part of the call it was
+// in, and the locks held everywhere are extended. (helper-19: with PEXPIRE
+// refused after a write-back, locks gone from a quorum were reported
+// extended; the call now writes with SET, as an extension alone does, and
+// reports a refused write as that lock's own error.)
+func TestManyCallRefusedPartwayCountsEachLockRight(t *testing.T) {
+	t.Parallel()
+	for _, denied := range []string{"-type", "-pexpire"} {
+		t.Run(denied, func(t *testing.T) {
+			t.Parallel()
+			user := &redis.Options{Username: "partial", Password: "pw", ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1}
+			f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: user}, redlock.WithNodeTimeout(2*time.Second))
+			ctx := context.Background()
+			for _, p := range f.Peek {
+				require.NoError(t, p.Do(ctx, "ACL", "SETUSER", "partial", "on", ">pw", "~*", "&*", "+@all", denied).Err())
+			}
+			for round := range 3 {
+				rl, _ := ownRedlock(t, f, viaF, redlock.WithNodeTimeout(2*time.Second)) // a new Redlock: its lanes merge
+				warm(t, rl)
+				locks := make([]*redlock.Lock, 60)
+				for i := range locks {
+					l, err := rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}partial%d-%d", round, i)}, time.Minute)
+					require.NoError(t, err)
+					locks[i] = l
+				}
+				for i, l := range locks {
+					if i%2 == 0 { // gone from nodes 0 and 1: lost
+						require.NoError(t, f.Peek[0].Del(ctx, l.Resources()[0]).Err())
+						require.NoError(t, f.Peek[1].Del(ctx, l.Resources()[0]).Err())
+					}
+				}
+				for _, p := range f.Proxies {
+					p.SetLatency(5*time.Millisecond, 0)
+				}
+				errs := extendAll(locks, 2*time.Minute)
+				for _, p := range f.Proxies {
+					p.SetLatency(0, 0)
+				}
+				for i, err := range errs {
+					if i%2 == 0 {
+						assert.ErrorIs(t, err, redlock.ErrLockExpired, "round %d: lock %d, gone from 2 of 3 nodes", round, i)
+					} else {
+						assert.NoError(t, err, "round %d: lock %d, held everywhere", round, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A transient error of a call of many (BUSY: another client's long script
+// on the node) is each lock's own error, as for a call alone: the locks are
+// extended on the other nodes, and once the node answers again their
+// extensions go together again. (helper-19: any error turned merging off
+// for the connection's life.)
+func TestManyCallAfterABusyNode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: redistest.NoClientTimeouts}, redlock.WithNodeTimeout(time.Second))
+	warm(t, f.rl)
+	ctx := context.Background()
+	require.NoError(t, f.Peek[0].ConfigSet(ctx, "busy-reply-threshold", "50").Err())
+	locks := make([]*redlock.Lock, 100)
+	for i := range locks {
+		l, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}busy%d", i)}, time.Minute)
+		require.NoError(t, err)
+		locks[i] = l
+	}
+	for _, p := range f.Proxies {
+		p.SetLatency(5*time.Millisecond, 0)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		busy <- f.Nodes[0].Client().Eval(ctx, `local t0 = redis.call('time')
+while true do local t = redis.call('time'); if (t[1]-t0[1])*1000000 + (t[2]-t0[2]) > 600000 then break end end
+return 1`, nil).Err()
+	}()
+	require.Eventually(t, func() bool { return f.Peek[1].Ping(ctx).Err() == nil && f.Peek[0].Ping(ctx).Err() != nil }, 2*time.Second, 5*time.Millisecond,
+		"node 0 answers BUSY")
+	for i, err := range extendAll(locks, time.Minute) {
+		require.NoError(t, err, "lock %d, while node 0 is busy", i)
+	}
+	require.NoError(t, <-busy)
+	before := scriptCalls(t, f.Peek[0])
+	for i, err := range extendAll(locks, time.Minute) {
+		require.NoError(t, err, "lock %d", i)
+	}
+	require.Eventually(t, func() bool { return scriptCalls(t, f.Peek[0]) > before }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the last node's answers come after the quorum's
+	calls := scriptCalls(t, f.Peek[0]) - before
+	t.Logf("node 0 after its BUSY: %d script calls for %d extensions", calls, len(locks))
+	assert.Less(t, calls, len(locks)/4, "extensions due together go together again")
+}

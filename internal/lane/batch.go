@@ -404,28 +404,55 @@ func (m *manyCall) command(how evalBy) []any {
 }
 
 // split gives each call its part of the Many call's answer: its reply, or
-// the error its script would have raised; the Many call's own error (each
-// call then goes again alone: see resends); or, for an answer of another
-// shape, the whole answer, which the call's reader refuses.
+// the error its script would have raised; the Many call's own error, which
+// it raised before it wrote anything; or, for an answer of another shape,
+// the whole answer, which the call's reader refuses. A call that the Many
+// call did not run because its script is not cached or the node refused
+// it (Many.Alone, or the whole call: see refusedMany) goes again alone
+// (manyErr: see resends); one that met another error (BUSY, LOADING, a
+// network error) has it as its own.
 func (m *manyCall) split() {
 	replies, ok := m.cmd.Reply.([]any)
 	ok = ok && len(replies) == len(m.calls)
+	alone := m.calls[0].Many.Alone
 	for k, c := range m.calls {
 		r := Result{Acks: -1, Local: -1}
 		switch {
 		case m.cmd.Err != nil:
-			r.Err, r.manyErr = m.cmd.Err, true
+			r.Err = m.cmd.Err
+			r.manyErr = hasPrefix(r.Err, "NOSCRIPT") || refusedMany(r.Err)
 		case !ok:
 			r.Reply = m.cmd.Reply
 		default:
-			if e, isErr := replies[k].(string); isErr {
-				r.Err = driver.ReplyError(e)
-			} else {
+			e, isErr := replies[k].(string)
+			switch {
+			case !isErr:
 				r.Reply = replies[k]
+			case alone != "" && strings.HasPrefix(e, alone):
+				r.Err, r.manyErr = driver.ReplyError(e[len(alone):]), true
+			default:
+				r.Err = driver.ReplyError(e)
 			}
 		}
 		c.res = r
 	}
+}
+
+// refusedMany reports whether err is a node's refusal of a command that a
+// Many script calls and its calls' own scripts may not (an ACL without it,
+// a command renamed away): its calls then go one by one.
+func refusedMany(err error) bool {
+	var re driver.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, s := range []string{"NOPERM", "ACL", "can't run", "no permissions", "nknown command", "nknown Redis command"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // run runs calls through the node's conn (runBatch). On a Cluster of

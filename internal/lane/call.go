@@ -123,6 +123,10 @@ type Call struct {
 // key in common, and on a Cluster one hash slot.
 type Many struct {
 	Hash, Src string
+	// Alone starts a reply for a call that the Many call could not run
+	// and that wrote nothing: the error follows, and the call goes again
+	// alone.
+	Alone string
 }
 
 // The most calls, and keys, that one Many call takes: a Lua script takes

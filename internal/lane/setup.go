@@ -271,9 +271,10 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 			case err != nil && hasPrefix(err, "NOSCRIPT"):
 				delete(l.loaded, c.Many.Hash)
 			case err != nil && isReply(err) && c.res.manyErr:
-				// The Many call itself was refused (an ACL without MGET
-				// or TYPE, say): its calls go one by one from now on, on
-				// this connection set-up.
+				// The node refused the Many call, or a command of it
+				// for this call (an ACL without MGET or TYPE, say): its
+				// calls go one by one from now on, on this connection
+				// set-up.
 				l.manyOff = true
 			case isReply(err):
 				answered = true

@@ -92,10 +92,13 @@ return #KEYS
 	// after the other: KEYS are their keys one lock after the other, and
 	// ARGV, per lock, its number of keys, its value and its ttl. It answers
 	// one reply per lock: what extendSrc answers, or the text of the error
-	// extendSrc would raise (a key that holds another type). One MGET reads
-	// every key (a lane sends no two locks with a key in common together),
-	// and each held key costs one PEXPIRE: about one command per lock and
-	// node, where extendSrc costs three (its EVALSHA, a GET and a SET).
+	// extendSrc would raise (a key that holds another type, a SET the node
+	// refuses); or AloneMark and the error, for a lock whose TYPE the node
+	// refused before it wrote anything of it (it goes again alone). Only
+	// the MGET, before any write, may fail the call itself. One MGET reads
+	// every key (a lane sends no two locks with a key in common together):
+	// about one command per lock and node, where extendSrc costs three
+	// (its EVALSHA, a GET and a SET).
 	extendManySrc = `
 local vals = redis.call("mget", unpack(KEYS))
 local out = {}
@@ -106,7 +109,12 @@ for a = 1, #ARGV, 3 do
   for i = k + 1, k + n do
     local v = vals[i]
     if not v then
-      if redis.call("type", KEYS[i])["ok"] ~= "none" then
+      local t = redis.pcall("type", KEYS[i])
+      if t["err"] then
+        r = "` + AloneMark + `" .. t["err"]
+        break
+      end
+      if t["ok"] ~= "none" then
         r = "` + WrongType + `"
         break
       end
@@ -118,13 +126,13 @@ for a = 1, #ARGV, 3 do
   end
   if r == n then
     for i = k + 1, k + n do
-      if vals[i] then
-        redis.call("pexpire", KEYS[i], ttl)
-      else
-        redis.call("set", KEYS[i], value, "PX", ttl)
+      local w = redis.pcall("set", KEYS[i], value, "PX", ttl)
+      if type(w) == "table" and w["err"] then
+        r = w["err"]
+        break
       end
     end
-    if lost then r = -n end
+    if r == n and lost then r = -n end
   end
   out[#out + 1] = r
   k = k + n
@@ -273,7 +281,10 @@ return count
 const (
 	// WrongType is the error of a script that reads a key holding
 	// another type than a string, as Redis words it.
-	WrongType        = "WRONGTYPE Operation against a key holding the wrong kind of value"
+	WrongType = "WRONGTYPE Operation against a key holding the wrong kind of value"
+	// AloneMark starts a reply of ExtendMany for a lock that the call
+	// could not run (the node refused its TYPE) and that goes again alone.
+	AloneMark        = "redlock:alone:"
 	BadCounter       = "ERR redlock: the fencing counter "
 	ExhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
 )
