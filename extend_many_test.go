@@ -274,7 +274,10 @@ func TestManyCallRefusedPartwayCountsEachLockRight(t *testing.T) {
 // on the node) is each lock's own error, as for a call alone: the locks are
 // extended on the other nodes, and once the node answers again their
 // extensions go together again. (helper-19: any error turned merging off
-// for the connection's life.)
+// for the connection's life; then, under load, 1 of 5 runs: a BUSY answer
+// to the first call of many, sent with its script, marked the script
+// cached, and the next call of many, by hash, met NOSCRIPT and sent its
+// 100 extensions again one by one.)
 func TestManyCallAfterABusyNode(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: redistest.NoClientTimeouts}, redlock.WithNodeTimeout(time.Second))

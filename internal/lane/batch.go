@@ -419,7 +419,7 @@ func (m *manyCall) split() {
 		r := Result{Acks: -1, Local: -1}
 		switch {
 		case m.cmd.Err != nil:
-			r.Err = m.cmd.Err
+			r.Err, r.manyFailed = m.cmd.Err, true
 			r.manyErr = hasPrefix(r.Err, "NOSCRIPT") || refusedMany(r.Err)
 		case !ok:
 			r.Reply = m.cmd.Reply

@@ -195,9 +195,10 @@ type Result struct {
 	// something else).
 	Acks, Local int
 	AckErr      error
-	// manyErr: Err is the error of the Many call the call went in, which
-	// ran none of it or part of it (see resends).
-	manyErr bool
+	// manyErr: the call went in a Many call that did not run it, and it
+	// goes again alone (see resends); manyFailed: that Many call failed
+	// as a whole (Err is its error), before its script ran.
+	manyErr, manyFailed bool
 }
 
 // TimeoutError says that the node did not answer in time, or that its

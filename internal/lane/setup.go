@@ -267,16 +267,22 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 	for _, c := range calls {
 		err := c.res.Err
 		if c.merged {
-			switch {
-			case err != nil && hasPrefix(err, "NOSCRIPT"):
-				delete(l.loaded, c.Many.Hash)
-			case err != nil && isReply(err) && c.res.manyErr:
+			if c.res.manyErr && !hasPrefix(err, "NOSCRIPT") {
 				// The node refused the Many call, or a command of it
 				// for this call (an ACL without MGET or TYPE, say): its
 				// calls go one by one from now on, on this connection
 				// set-up.
 				l.manyOff = true
+			}
+			switch {
+			case c.res.manyFailed && hasPrefix(err, "NOSCRIPT"):
+				delete(l.loaded, c.Many.Hash)
+			case c.res.manyFailed:
+				// An error before the script ran (BUSY, LOADING, a
+				// refusal, the network): nothing learnt of its cache.
+				answered = answered || isReply(err)
 			case isReply(err):
+				// The script ran: its answer, or this call's part of it.
 				answered = true
 				if l.loaded == nil {
 					l.loaded = make(map[string]struct{}, 16)
