@@ -14,7 +14,7 @@ var hashes = map[uint64]string{
 	0xef204830cbcdb634: "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", // Probe
 	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
 	0xe99851f6e6aae98a: "ef35f056f8b00957fe5a6114033df5e002d1186e", // Extend
-	0x092e847b177fb651: "0a6ac9e94d2a71a22b402ab4039ae0ce25fbbe82", // ExtendMany
+	0x2a31b5657f9d489d: "3d1c40819c3c6af6e8e5e880a4344a4104d22c14", // ExtendMany
 	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release
 	0x42264b585b7230db: "b18daa9eed5fb1c36f57c2a5bea02ae43f0fd3d0", // ReleaseSharded
 	0x77b13845d414a0fe: "17d2ce357f40d78d5ea533e09fecb1f4d2a03f0d", // Cleanup

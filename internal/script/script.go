@@ -284,7 +284,7 @@ const (
 	WrongType = "WRONGTYPE Operation against a key holding the wrong kind of value"
 	// AloneMark starts a reply of ExtendMany for a lock that the call
 	// could not run (the node refused its TYPE) and that goes again alone.
-	AloneMark        = "redlock:alone:"
+	AloneMark        = "ALONE "
 	BadCounter       = "ERR redlock: the fencing counter "
 	ExhaustedCounter = "ERR redlock: fencing tokens exhausted: the counter "
 )
