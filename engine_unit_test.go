@@ -339,7 +339,9 @@ func TestScriptErrorsOfRedis62(t *testing.T) {
 	for msg, want := range map[string]string{
 		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: @user_script: 4: The user executing the script can't run this command or subcommand": "ERR The user executing the script can't run this command or subcommand",
 		"ERR Error running script (call to f_e17e632e2ec9125e0ecf09d7a37a0c467ff441cf): @user_script:4: WRONGTYPE Operation against a key holding the wrong kind of value":                   "WRONGTYPE Operation against a key holding the wrong kind of value",
-		"WRONGTYPE Operation against a key holding the wrong kind of value":                                                                                      "WRONGTYPE Operation against a key holding the wrong kind of value",
+		"WRONGTYPE Operation against a key holding the wrong kind of value": "WRONGTYPE Operation against a key holding the wrong kind of value",
+		// caught in ExtendMany (redis.pcall) and answered as a lock's reply (helper-20's probe: retried, not refused)
+		"@user_script: 28: The user executing the script can't run this command or subcommand":                                                                   "ERR The user executing the script can't run this command or subcommand",
 		"ERR ACL failure in script: User noset has no permissions to run the 'get' command script: e17e632e2ec9125e0ecf09d7a37a0c467ff441cf, on @user_script:4.": "ERR ACL failure in script: User noset has no permissions to run the 'get' command script: e17e632e2ec9125e0ecf09d7a37a0c467ff441cf, on @user_script:4.",
 	} {
 		assert.Equal(t, want, scriptError(msg))

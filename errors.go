@@ -480,14 +480,21 @@ func unsupported(ue *lane.UnsupportedError) string {
 // scriptError returns the error a script's command raised, without the
 // words Redis 6.2 wraps it in ("ERR Error running script (call to
 // f_<sha>): @user_script:4: @user_script: 4: " before the command's own
-// error, or "@user_script:4: " before an error reply such as WRONGTYPE).
+// error, or "@user_script:4: " before an error reply such as WRONGTYPE;
+// "@user_script: 4: " alone when the script caught it, as ExtendMany does,
+// and answered it).
 func scriptError(msg string) string {
 	rest, ok := strings.CutPrefix(msg, "ERR Error running script (call to f_")
-	if !ok {
+	switch {
+	case ok:
+		if _, after, ok := strings.Cut(rest, "): "); ok {
+			rest = after
+		}
+	case strings.HasPrefix(msg, "@user_script"):
+		// A command's error that a script caught (redis.pcall) and
+		// answered, as Redis 6.2 words it: "@user_script: 28: " before it.
+	default:
 		return msg
-	}
-	if _, after, ok := strings.Cut(rest, "): "); ok {
-		rest = after
 	}
 	for _, p := range []string{"@user_script:", "@user_script: "} {
 		if r, ok := strings.CutPrefix(rest, p); ok {

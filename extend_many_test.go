@@ -315,3 +315,56 @@ return 1`, nil).Err()
 	t.Logf("node 0 after its BUSY: %d script calls for %d extensions", calls, len(locks))
 	assert.Less(t, calls, len(locks)/4, "extensions due together go together again")
 }
+
+// After a node refused a call of many (an ACL without MGET), its
+// extensions go one by one for a while (a minute; 300ms in tests), then
+// together again once it allows MGET: whatever the client did with its
+// connections (helper-20: go-redis reused idle connections and rueidis
+// reconnects on its own, so no set-up of the lane's came to end it).
+func TestMergingComesBackAfterARefusal(t *testing.T) {
+	t.Parallel()
+	user := &redis.Options{Username: "back", Password: "pw", ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1}
+	f := newFixture(t, redistest.Setup{Nodes: 3, Proxied: true, Client: user}, redlock.WithNodeTimeout(time.Second))
+	ctx := context.Background()
+	acl := func(rules ...string) {
+		for _, p := range f.Peek {
+			require.NoError(t, p.Do(ctx, append([]any{"ACL", "SETUSER", "back"}, anys(rules)...)...).Err())
+		}
+	}
+	acl("on", ">pw", "~*", "&*", "+@all")
+	warm(t, f.rl)
+	locks := make([]*redlock.Lock, 100)
+	for i := range locks {
+		l, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}back%d", i)}, time.Minute)
+		require.NoError(t, err)
+		locks[i] = l
+	}
+	for _, p := range f.Proxies {
+		p.SetLatency(5*time.Millisecond, 0)
+	}
+	round := func() int {
+		before := scriptCalls(t, f.Peek[0])
+		for i, err := range extendAll(locks, time.Minute) {
+			require.NoError(t, err, "lock %d", i)
+		}
+		require.Eventually(t, func() bool { return scriptCalls(t, f.Peek[0]) > before }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the last node's answers come after the quorum's
+		return scriptCalls(t, f.Peek[0]) - before
+	}
+	acl("-mget")
+	round() // refused, then one by one
+	acl("+mget")
+	assert.Greater(t, round(), len(locks)/2, "right after the refusal: one by one")
+	time.Sleep(400 * time.Millisecond) // ManyRetry in tests
+	round()                            // the first call of many again
+	assert.Less(t, round(), len(locks)/4, "together again")
+}
+
+// anys returns ss as []any.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

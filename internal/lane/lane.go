@@ -14,6 +14,10 @@ import (
 // it the oldest are given up (their Done gets the failure).
 const MaxHeld = 4096
 
+// ManyRetry is how long a lane whose server refused a Many call sends its
+// calls one by one before it tries a Many call again.
+var ManyRetry = time.Minute
+
 // MaxParked bounds the workers parked on one lane (a node, or a Cluster
 // shard) that does not answer: while that many are parked, the lane sends
 // nothing new, not even a probe.
@@ -68,9 +72,12 @@ type Lane struct {
 	// the lane's last set-up (or its last NOSCRIPT): the others go with
 	// their source (EVAL), so that a first call costs one round trip.
 	loaded map[string]struct{}
-	// manyOff is set when the server refused a Many call (see Call.Many):
-	// until the next set-up, calls go one by one.
-	manyOff bool
+	// manyOff is until when calls go one by one after the server refused
+	// a Many call (see Call.Many): an ACL may be changed back, and a client
+	// may reconnect without a set-up of the lane's (another client's, or
+	// go-redis's idle connections), so merging is tried again after
+	// ManyRetry, at the cost of one refused call.
+	manyOff time.Time
 	// rtt is how long the last answered round took (ns), late ones
 	// included: what a timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64

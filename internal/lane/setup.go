@@ -165,7 +165,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 	if spoke {
 		// The connection is in the pool, and the server's script cache
 		// is not known: each script's next call carries its source.
-		l.ready, l.cause, l.loaded, l.slowSetUp, l.manyOff = true, nil, nil, false, false
+		l.ready, l.cause, l.loaded, l.slowSetUp, l.manyOff = true, nil, nil, false, time.Time{}
 	} else if !IsTimeout(err) && !errors.Is(err, driver.ErrClosed) {
 		l.cause = err
 	}
@@ -238,10 +238,11 @@ func (e *SetUpError) Unwrap() error { return e.Cause }
 func (l *Lane) choose(calls []*Call, how evalBy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	merge := how == bySHA && (l.manyOff.IsZero() || time.Now().After(l.manyOff))
 	for _, c := range calls {
 		_, known := l.loaded[c.Hash]
 		c.src = how == withSource || !known
-		c.merge = how == bySHA && c.Many != nil && !l.manyOff
+		c.merge = merge && c.Many != nil
 		c.merged = false
 	}
 }
@@ -270,9 +271,9 @@ func (l *Lane) learn(calls []*Call, took time.Duration) {
 			if c.res.manyErr && !hasPrefix(err, "NOSCRIPT") {
 				// The node refused the Many call, or a command of it
 				// for this call (an ACL without MGET or TYPE, say): its
-				// calls go one by one from now on, on this connection
-				// set-up.
-				l.manyOff = true
+				// calls go one by one for ManyRetry, or until the next
+				// connection set-up.
+				l.manyOff = time.Now().Add(ManyRetry)
 			}
 			switch {
 			case c.res.manyFailed && hasPrefix(err, "NOSCRIPT"):
