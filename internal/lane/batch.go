@@ -234,8 +234,9 @@ func (p *Call) command() []any {
 // server's run_id (see identity.go; "" when INFO was refused, an ACL that
 // forbids it), and whether the server answered the question.
 //
-// Calls with the same Many one after the other in calls go as one call of
-// it (see manyEnd), when their round lets them (Call.merge).
+// Calls with the same Many whose keys no other call of the batch has go
+// as one call of it (see manyCalls), when their round lets them
+// (Call.merge).
 func (l *Lane) runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Duration) (id string, answered bool) {
 	ack := strictest(calls)
 	key := "" // routes the INFO and the WAIT on a Cluster
@@ -289,7 +290,9 @@ func (l *Lane) runBatch(c driver.Node, calls []*Call, ask bool, timeout time.Dur
 	}
 	c.Do(context.Background(), cmds)
 	for _, p := range calls {
-		p.res = Result{Reply: p.cmd.Reply, Err: p.cmd.Err, Acks: -1, Local: -1}
+		if !p.merged {
+			p.res = Result{Reply: p.cmd.Reply, Err: p.cmd.Err, Acks: -1, Local: -1}
+		}
 	}
 	for _, m := range many {
 		m.split()

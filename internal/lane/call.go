@@ -101,8 +101,8 @@ type Call struct {
 	Ack     *Ack          // the replicas its write must reach (Write only), or nil
 	H       Handler
 	// Many, when set, is the script that runs several calls of this one's
-	// script at once: calls with the same Many that a batch holds one
-	// after the other go as one call of it (see runBatch).
+	// script at once: calls of a batch with the same Many whose keys no
+	// other call of the batch has go as one call of it (see manyCalls).
 	Many *Many
 
 	// merge, set by the worker that sends it, lets it go in a Many call;
