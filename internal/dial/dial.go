@@ -10,7 +10,9 @@
 // dial's, without a line. Within [Every] of a failed dial it does not dial
 // again (a call fails at once, as go-redis's own pool does once it gave
 // up dialing); after it, the next call's dial is the probe. It reports each
-// change of the node's state (down, up) once to Changed.
+// change of the node's state (down, up) once to Changed, as the latest dial
+// to begin found it: a refusal still on its way when a later dial got
+// through says nothing.
 package dial
 
 import (
@@ -36,6 +38,10 @@ type Quiet struct {
 	down  bool
 	err   error     // the last failed dial's error, while down
 	tried time.Time // when the last failed dial began
+	// latest is when the dial whose answer set down began: an answer to
+	// a dial that began before it is stale (it was on its way while the
+	// node changed) and says nothing of the node.
+	latest time.Time
 }
 
 // New returns a Quiet over d; changed (nil: none) is called, outside any
@@ -62,6 +68,14 @@ func (q *Quiet) Dial(ctx context.Context, network, addr string) (net.Conn, error
 		return refused{err}, nil
 	}
 	q.mu.Lock()
+	if start.Before(q.latest) {
+		q.mu.Unlock()
+		if err != nil {
+			return refused{err}, nil
+		}
+		return c, nil
+	}
+	q.latest = start
 	was := q.down
 	q.down = err != nil
 	if err != nil {

@@ -77,3 +77,56 @@ func TestQuiet(t *testing.T) {
 		t.Fatalf("told %q, want %q", told, want)
 	}
 }
+
+// A dial that began before a later one answers says nothing of the node
+// once the later one's answer is known: a refusal that was on its way while
+// the node came back does not mark it down again (CI on c629c19: Open's
+// observer heard "down" after "up" as a node restarted, and calls were
+// refused for a second while the node answered).
+func TestQuietIgnoresAStaleDial(t *testing.T) {
+	t.Parallel()
+	refusal := errors.New("connect: connection refused")
+	release := make(chan struct{})
+	var n atomic.Int32
+	real := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		if n.Add(1) == 1 { // the first: refused, its answer held up
+			<-release
+			return nil, refusal
+		}
+		c, _ := net.Pipe()
+		return c, nil
+	}
+	var told []bool
+	q := New(real, func(up bool, _ error) { told = append(told, up) })
+	ctx := context.Background()
+	stale := make(chan struct{})
+	go func() {
+		defer close(stale)
+		_, _ = q.Dial(ctx, "tcp", "x")
+	}()
+	for n.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	c, err := q.Dial(ctx, "tcp", "x") // began later, answered first: the node is up
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, isRefused := c.(refused); isRefused {
+		t.Fatal("the later dial's connection is a refused one")
+	}
+	close(release)
+	<-stale
+	if q.Down() {
+		t.Fatal("the node is down after a stale refusal")
+	}
+	if len(told) != 0 {
+		t.Fatalf("told %v, want nothing (the node never changed as far as the latest dial knows)", told)
+	}
+	c, err = q.Dial(ctx, "tcp", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, isRefused := c.(refused); isRefused {
+		t.Fatal("a dial after the stale refusal was refused without dialing")
+	}
+}
