@@ -395,6 +395,7 @@ func TestSilentRoundReadsNothingAResendWrites(t *testing.T) {
 // with a Many and keys no other call of the batch has; per hash slot on a
 // Cluster; none with an Ack; and up to maxManyCalls a group.
 func TestManyCallsGroupOnlyCallsThatCommute(t *testing.T) {
+	t.Parallel()
 	m := &Many{Hash: "h", Src: "s"}
 	call := func(many *Many, keys ...string) *Call { return &Call{Many: many, merge: many != nil, Keys: keys} }
 	a, b := call(m, "{x}a"), call(m, "{x}b")

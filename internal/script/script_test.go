@@ -127,6 +127,7 @@ func TestRead(t *testing.T) {
 // and ttl), whatever each lock's keys hold: its value, another value,
 // nothing, a tombstone, or a key of another type.
 func TestExtendManyIsExtendOneByOne(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartNode(t).Client()
 	ctx := context.Background()
 	type lock struct {
