@@ -349,6 +349,45 @@ func TestWaiterHearsNodesWhoseBreakersOpened(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A waiter woken by a release whose attempt could not hear from some
+// nodes (their connections still being set up, or their breakers open)
+// tries again once those nodes answer, not after its retry delay: a
+// waiter with an hour's delay, woken while two of three nodes were slow to
+// set up a connection (a loaded machine after a cut), slept on with the
+// lock free (TestWaiterHearsNodesWhoseBreakersOpened failed so in CI).
+func TestWaiterTriesAgainWhenMissedNodesAnswer(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 3)
+	holder, _ := ownRedlock(t, f, direct)
+	ctx := context.Background()
+	const key = "{redlock}missed"
+	held, err := holder.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	var attempts atomic.Int64
+	obs := &redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		attempts.Add(1)
+		t.Logf("attempt %d: for %v against %v", a.Number, a.Stats.VotesFor, a.Stats.VotesAgainst)
+	}}
+	got, fail, _ := waitFor(f.rl, key, redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0), redlock.WithObserver(obs))
+	queued(t, f.rl, key, 1, f.Peek...)
+	// Nodes 1 and 2: every new connection takes 3s to set up (far over
+	// the set-up's wait), and the open ones are cut.
+	for _, p := range f.Proxies[1:] {
+		p.SetDialLatency(3 * time.Second)
+		p.Cut()
+	}
+	before := attempts.Load()
+	queued(t, f.rl, key, 1, f.Peek...) // the subscriptions are back, and their return woke the waiter
+	require.Eventually(t, func() bool { return attempts.Load() > before }, 10*time.Second, time.Millisecond)
+	released := time.Now()
+	_, err = held.Release(ctx)
+	require.NoError(t, err)
+	l := awaitLock(t, got, fail, 15*time.Second, "the waiter (retry delay 1h) was woken by the release while two nodes were setting up connections, and did not try again once they answered")
+	t.Logf("the waiter took the lock %v after the release", time.Since(released))
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+}
+
 // A wake whose attempts open breakers keep from a dead majority carries
 // over a few times, not for the whole retry delay: a waiter with an hour's
 // delay, woken once while every call to 3 of 5 nodes is refused (each

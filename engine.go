@@ -172,7 +172,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// slept the retry delay, 100-300 ms, to learn it).
 			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
 		}
-		s := c.pause(p, len(st.VotesFor) > 0, notSent(st), retriesLeft(cfg, i))
+		s := c.pause(p, st, retriesLeft(cfg, i))
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
@@ -303,15 +303,18 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 }
 
 // pause waits between attempts: the retry delay, or until a release wakes
-// the call. split: the attempt got some votes for, yet no quorum (another
-// waiter took the rest).
-func (c *run) pause(p *plan, split, denied bool, left int) slept {
+// the call, after the failed attempt st.
+func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), maxDelay(c.cfg))
 	}
+	// split: the attempt got some votes for, yet no quorum (another waiter
+	// took the rest); denied: open breakers kept it from nodes.
+	split, denied := len(st.VotesFor) > 0, notSent(st)
 	// What its last attempt found tells the waiters behind it whether
-	// they may stay quiet (see behind).
-	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended)
+	// they may stay quiet (see behind), and whether a node that answers
+	// again should wake it (it did not hear from one).
+	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(c.r.size(), st))
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
@@ -359,6 +362,19 @@ func (c *run) behind(p *plan, s slept, left int) slept {
 		s.alive, s.woken = next.alive, next.woken
 	}
 	return s
+}
+
+// missed reports whether an attempt on n nodes did not hear from one: a
+// node neither voted for nor answered against it (held by another, or a
+// refusal), which timed out, was not sent to, or met a network error.
+func missed(n int, st ExecutionStats) bool {
+	heard := len(st.VotesFor)
+	for _, v := range st.VotesAgainst {
+		if isLocked(v.Err) || refused(v.Err) != nil {
+			heard++
+		}
+	}
+	return heard < n
 }
 
 // notSent reports whether an open breaker kept the attempt from a node.

@@ -129,6 +129,21 @@ func (l *Lane) Submit(c *Call) {
 	go l.worker()
 }
 
+// troubled reports whether the lane has lately missed its node: its
+// breaker is not closed, a set-up outlasted its wait, or the client met a
+// network error there. Called with mu held.
+func (l *Lane) troubled() bool {
+	return l.state != closed || l.slowSetUp || l.cause != nil
+}
+
+// recovered tells the node's OnRecover hook that the lane heard its node
+// after trouble. Called without mu.
+func (l *Lane) recovered() {
+	if f := l.node.onRecover; f != nil {
+		f()
+	}
+}
+
 // LastCause returns the client's last network error on the lane since the
 // node last answered, or nil.
 func (l *Lane) LastCause() error {
@@ -288,6 +303,7 @@ func (l *Lane) send(batch []*Call) bool {
 	}
 	var resend, failed []*Call
 	l.mu.Lock()
+	recovered := spoke && l.troubled()
 	l.reached = l.reached || reached
 	switch {
 	case spoke:
@@ -358,6 +374,9 @@ func (l *Lane) send(batch []*Call) bool {
 	l.mu.Unlock()
 	for _, c := range failed {
 		c.H.Done(Result{Err: &TimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause}, Acks: -1, Local: -1})
+	}
+	if recovered {
+		l.recovered()
 	}
 	if len(resend) > 0 {
 		// The node has just answered: every held release goes out now,

@@ -49,6 +49,10 @@ type Node struct {
 	identify bool
 	askedAt  atomic.Int64 // Unix nanoseconds; 0 before the first answer
 	twin     atomic.Pointer[TwinError]
+
+	// onRecover, when not nil, is called when a lane of the node hears the
+	// node again after trouble (see Lane.troubled). Set before any call.
+	onRecover func()
 }
 
 // NewNode returns node index of a quorum, sending through n. Its workers
@@ -65,6 +69,13 @@ func NewNode(index int, n driver.Node, owner *flight.Flight, base time.Duration,
 	nd.ackOne = makeLane(nd, owner, base, "")
 	return nd
 }
+
+// OnRecover has f called (on a lane's worker, outside its lock) each time
+// a lane of the node hears from the node after its breaker opened, a
+// connection's set-up outlasted its wait, or the client met a network
+// error: a caller whose attempt missed the node may try again. Call it
+// before any call is sent.
+func (nd *Node) OnRecover(f func()) { nd.onRecover = f }
 
 // Index returns the node's index in its quorum.
 func (nd *Node) Index() int { return nd.index }

@@ -162,6 +162,7 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 
 	l.mu.Lock()
 	spoke := isReply(err)
+	recovered := spoke && l.troubled()
 	if spoke {
 		// The connection is in the pool, and the server's script cache
 		// is not known: each script's next call carries its source.
@@ -176,11 +177,19 @@ func (l *Lane) setUp(batch []*Call) setUpResult {
 			l.state = halfOpen // it answered after all: probe at once
 		}
 		l.mu.Unlock()
+		if recovered {
+			l.recovered()
+		}
 		return setUpDetached
 	}
 	l.setting = false
 	if spoke {
+		// With the breaker not closed, the batch's answer tells the hook.
+		recovered = recovered && l.state == closed
 		l.mu.Unlock()
+		if recovered {
+			l.recovered()
+		}
 		return setUpDone
 	}
 	// Failed in time: a refused or unresolvable address costs nothing and

@@ -340,7 +340,10 @@ type Waiter struct {
 	id    string        // its id in the nodes' queues (a fair queue), or ""
 	every time.Duration // the longest it waits between attempts when no wake comes (see Behind)
 	held  bool          // guarded by Waker.mu: its last attempt found the resources held by another (see Tried)
-	offer any           // a hand-over for it, guarded by Waker.mu; nil: none
+	// missed is guarded by Waker.mu: its last attempt did not hear from a
+	// node (see Tried, Recovered).
+	missed bool
+	offer  any // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
 	// id), with the latest time each announced, guarded by Waker.mu.
 	handedBy []Hand
@@ -508,14 +511,30 @@ func (w *Waker) Handed(wt *Waiter) []Hand {
 }
 
 // Tried records whether wt's last attempt found its resources held by
-// another (a holder whose release will be announced). A nil wt is ignored.
-func (w *Waker) Tried(wt *Waiter, held bool) {
+// another (a holder whose release will be announced), and whether it missed
+// a node (no answer: see Recovered). A nil wt is ignored.
+func (w *Waker) Tried(wt *Waiter, held, missed bool) {
 	if wt == nil {
 		return
 	}
 	w.mu.Lock()
-	wt.held = held
+	wt.held, wt.missed = held, missed
 	w.mu.Unlock()
+}
+
+// Recovered wakes each queue's head whose last attempt missed a node
+// (Tried): a node answers again after it did not, and the release the head
+// was woken for, or heard nothing of, may be there to take. Its retry delay
+// (an hour for some) is no bound to wait for a lock that a node's absence
+// kept from it.
+func (w *Waker) Recovered() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, g := range w.groups {
+		if len(g.queue) > 0 && g.queue[0].missed {
+			g.queue[0].poke()
+		}
+	}
 }
 
 // Behind reports whether wt queues behind another waiter (its queue's

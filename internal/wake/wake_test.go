@@ -254,3 +254,25 @@ func TestResubscriptionWakesTheHeads(t *testing.T) {
 	w.Leave(other, false)
 	w.Leave(wt, false)
 }
+
+// A node that answers again wakes the heads whose last attempt missed a
+// node, and no other waiter.
+func TestRecoveredWakesHeadsThatMissedANode(t *testing.T) {
+	t.Parallel()
+	n := &node{c: redistest.StartNode(t).Client()}
+	w := New(n, 4, "~")
+	defer w.Close()
+	missed := w.Join([]string{"a"}, false, nil, "", time.Second)
+	behind := w.Join([]string{"a"}, false, nil, "", time.Second)
+	heard := w.Join([]string{"b"}, false, nil, "", time.Second)
+	w.Tried(missed, true, true)
+	w.Tried(behind, false, true)
+	w.Tried(heard, true, false)
+	w.Recovered()
+	assert.True(t, woken(missed, time.Second), "the head that missed a node")
+	assert.False(t, woken(behind, 50*time.Millisecond), "behind the head: its attempts are the queue's")
+	assert.False(t, woken(heard, 50*time.Millisecond), "its last attempt heard every node")
+	w.Tried(missed, true, false)
+	w.Recovered()
+	assert.False(t, woken(missed, 50*time.Millisecond), "it heard every node since")
+}
