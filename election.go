@@ -389,8 +389,8 @@ func (e *Election) ready(ctx context.Context, call string) error {
 func (e *Election) begin(ctx context.Context, cfg *config, id string, ttl time.Duration, lock *Lock) (*Term, error) {
 	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Term{id: id, lock: lock, ctx: withHeld(tctx, lock), cancel: cancel, done: make(chan struct{})}
-	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{}), abort: true}
-	go t.ext.run(tctx)
+	t.ext = &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, abort: true}
+	t.ext.start(tctx)
 	if !e.r.terms.add(t) { // closed while it campaigned
 		_ = t.end(context.WithoutCancel(ctx), ErrClosed)
 		return nil, ErrClosed
@@ -470,8 +470,7 @@ func (t *Term) end(ctx context.Context, cause error) error {
 	t.once.Do(func() {
 		defer close(t.done)
 		t.cancel(cause)
-		close(t.ext.stop)
-		<-t.ext.exited
+		t.ext.halt()
 		_, err := t.ext.lock.Release(ctx)
 		if t.ext.err != nil && errors.Is(err, ErrLockExpired) {
 			err = nil // lost: the term's context said so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -525,10 +526,10 @@ type lockLife struct {
 	// the lock's life (made with lostOn).
 	doubted []atomic.Bool
 	// Under mu: holder is the lock's place among the Waker's holders (see
-	// hold); forcedErr and lostCh, the force release heard.
+	// hold); forcedErr, the force release heard; onForced, whenForced's hooks.
 	holder    *wake.Holder
 	forcedErr *ExecutionError
-	lostCh    chan struct{}
+	onForced  []*forcedHook
 }
 
 // reportLost tells cfg's observer, once per lock, that it was lost.
@@ -874,24 +875,38 @@ func (lf *lockLife) forced(r *Redlock, node int, key string) {
 	}
 	lf.forcedErr = err
 	lf.gone.Store(true) // under mu: startRelease hands no lost lock over
-	if lf.lostCh == nil {
-		lf.lostCh = make(chan struct{})
-	}
-	close(lf.lostCh)
+	hooks := lf.onForced
+	lf.onForced = nil
 	lf.mu.Unlock()
+	for _, h := range hooks {
+		h.f()
+	}
 	r.unhold(lf)
 }
 
-// lostC returns a channel closed when a force release of the lock was
-// heard.
-func (lf *lockLife) lostC() <-chan struct{} {
+// whenForced has f called once a force release of the lock is heard (at
+// once when it was), until the returned func is called.
+func (lf *lockLife) whenForced(f func()) (stop func()) {
 	lf.mu.Lock()
-	defer lf.mu.Unlock()
-	if lf.lostCh == nil {
-		lf.lostCh = make(chan struct{})
+	if lf.forcedErr != nil {
+		lf.mu.Unlock()
+		f()
+		return func() {}
 	}
-	return lf.lostCh
+	h := &forcedHook{f: f}
+	lf.onForced = append(lf.onForced, h)
+	lf.mu.Unlock()
+	return func() {
+		lf.mu.Lock()
+		defer lf.mu.Unlock()
+		if i := slices.Index(lf.onForced, h); i >= 0 {
+			lf.onForced = slices.Delete(lf.onForced, i, i+1)
+		}
+	}
 }
+
+// forcedHook is one whenForced call's f.
+type forcedHook struct{ f func() }
 
 // forcedError returns the force release heard, or nil.
 func (lf *lockLife) forcedError() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,15 +51,14 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	fnCtx := withHeld(cctx, lock)
-	ext := &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel, stop: make(chan struct{}), exited: make(chan struct{})}
-	go ext.run(ctx)
+	ext := &extender{cfg: cfg, ttl: ttl, lock: lock, cancel: cancel}
+	ext.start(ctx)
 
 	// Whatever way fn ends, the extender stops before the release, and the
 	// release uses the newest Lock it made.
 	defer func() {
 		p := recover()
-		close(ext.stop)
-		<-ext.exited
+		ext.halt()
 		// With ctx ended, Release makes one attempt bounded by the node
 		// timeout rather than a whole retry window.
 		_, relErr := ext.lock.Release(ctx)
@@ -164,218 +164,172 @@ const maxMargin = 100 * time.Millisecond
 // margin is the cancel point's distance from the end of the validity.
 func margin(cfg *config) time.Duration { return min(maxMargin, cfg.extensionThreshold/4) }
 
-// extender keeps one Using's lock alive. Its fields other than stop are
-// written by its goroutine only, and read by Using after exited is closed.
+// extender keeps one Using's lock (or a term's) alive. It has no goroutine
+// of its own: a timer starts each extension when it is due (in the
+// timer's goroutine, for as long as the extension takes), another ends
+// fn's context at the cancel point, and a force release heard calls it
+// back. Its fields are guarded by mu; Using reads lock and err after halt.
 type extender struct {
-	cfg    *config
-	ttl    time.Duration
+	cfg  *config
+	ttl  time.Duration
+	ctx  context.Context // the caller's: the observer's
+	base context.Context // extensions outlive ctx (fn may still run), never the validity
+	// abort cuts short an extension in flight when fn has returned (a
+	// term's, whose release follows at once); halt waits for it.
+	abort bool
+
+	mu     sync.Mutex
 	lock   *Lock // the newest Lock
 	err    error // set when the lock was lost: matches ErrExtensionFailed
 	cancel context.CancelCauseFunc
-	stop   chan struct{} // closed when fn has returned
-	// abort cuts short an extension in flight when stop is closed (a
-	// term's, whose release follows at once); Using waits for it.
-	abort  bool
-	exited chan struct{} // closed when run has returned
-	// end fires at the cancel point of the newest Lock (its validity's
-	// end less margin); due is set when a wait saw it fire. Both belong
-	// to run; end is nil outside it.
-	end *time.Timer
-	due bool
-	// gone is closed when a force release of the lock is heard (see
-	// lockLife.forced); forced is set when a wait saw it. Both belong to
-	// run.
-	gone   <-chan struct{}
-	forced bool
+	last   error // the newest failed extension's error, since the last success
+	// next fires when the next extension (or a retry) is due; end at the
+	// cancel point of the newest Lock (its validity's end less margin).
+	next, end *time.Timer
+	// flight is set while an extension is on its way: xcancel cuts it
+	// short, and done is closed when it has returned.
+	flight  bool
+	xcancel context.CancelFunc
+	done    chan struct{}
+	over    bool // halted, or lost: nothing more starts
+	unwatch func()
 }
 
-// run extends the lock shortly before each expiration until stop is closed
-// or the lock is lost. It ends fn's context at the cancel point of the
-// newest Lock unless an extension got through by then: an extension in
-// flight runs in a goroutine of its own, so that neither its own failure
-// path nor a wait between two tries can delay fn's end past the validity.
-func (e *extender) run(ctx context.Context) {
-	defer close(e.exited)
-	// Extensions outlive the caller's ctx (fn may still be in the critical
-	// section after ctx ends) but never the lock's validity.
-	base := context.WithoutCancel(ctx)
-	if e.abort {
-		var cancel context.CancelFunc
-		base, cancel = context.WithCancel(base)
-		defer cancel()
-		go func() {
-			select {
-			case <-e.stop:
-				cancel()
-			case <-base.Done():
-			}
-		}()
+// start arms the extender's timers: the first extension when it is due,
+// and the cancel point; and listens for a force release.
+func (e *extender) start(ctx context.Context) {
+	e.ctx, e.base = ctx, context.WithoutCancel(ctx)
+	e.mu.Lock()
+	e.end = time.AfterFunc(time.Until(e.cancelPoint()), e.atCancelPoint)
+	e.next = time.AfterFunc(time.Until(e.lock.until())-e.cfg.extensionThreshold, e.due)
+	e.mu.Unlock()
+	unwatch := e.lock.life.whenForced(e.forced) // may call it at once
+	e.mu.Lock()
+	e.unwatch = unwatch
+	e.mu.Unlock()
+}
+
+// halt stops the extender once fn has returned: no extension starts from
+// now on, and one on its way is waited for (cut short first for a term).
+// Afterwards lock is the newest Lock and err says whether it was lost.
+func (e *extender) halt() {
+	e.mu.Lock()
+	e.over = true
+	e.next.Stop()
+	e.end.Stop()
+	done := e.done
+	if e.flight && e.abort {
+		e.xcancel()
 	}
-	e.end = time.NewTimer(time.Until(e.cancelPoint()))
-	defer e.end.Stop()
-	e.gone = e.lock.life.lostC()
-	var last error // the newest failed extension's error, since the last success
-	for {
-		if !e.wait(time.Until(e.lock.until()) - e.cfg.extensionThreshold) {
-			e.lostAtEnd(ctx, last)
-			return
+	unwatch := e.unwatch
+	e.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
+	if done != nil {
+		<-done
+	}
+}
+
+// due starts an extension of the newest Lock and acts on its outcome: on
+// success the timers are set for the new validity; a lock lost for good,
+// or out of time, ends fn's context; node failures that used up a retry
+// window while the lock is still valid try again after a retry delay (the
+// cancel point ends fn's context first if nothing gets through by then).
+func (e *extender) due() {
+	e.mu.Lock()
+	if e.over || e.flight {
+		e.mu.Unlock()
+		return
+	}
+	if !time.Now().Before(e.cancelPoint()) { // a term begun late, a timer that fired late
+		e.lose(e.unextended(e.last, false))
+		e.mu.Unlock()
+		return
+	}
+	lock := e.lock
+	xctx, cancel := context.WithDeadline(e.base, lock.until())
+	done := make(chan struct{})
+	e.flight, e.xcancel, e.done = true, cancel, done
+	e.mu.Unlock()
+
+	l, err := lock.Extend(xctx, e.ttl) // the Lock carries Using's options
+	cancel()
+
+	e.mu.Lock()
+	defer func() {
+		e.flight, e.xcancel, e.done = false, nil, nil
+		close(done)
+		e.mu.Unlock()
+	}()
+	switch {
+	case e.err != nil: // lost meanwhile: at the cancel point, or force-released
+		if err == nil {
+			e.lock = l // too late for fn; the release goes through the newest handle
 		}
-		for {
-			l, err := e.extend(ctx, base, last)
-			if e.err != nil { // lost at the cancel point while it was in flight
-				return
-			}
-			if err == nil {
-				e.lock, last = l, nil
-				e.rearm()
-				break
-			}
-			// Lost for good, or out of time: tell fn at once.
-			if errors.Is(err, ErrLockExpired) || !e.lock.Valid() {
-				e.lose(ctx, err)
-				return
-			}
-			// Node failures used up a retry window, but the lock is still
-			// valid: try again after a retry delay, unless fn is done. The
-			// cancel point ends the wait (fn is told then, not a retry
-			// delay after the validity, while another may hold it).
-			last = err
-			if !e.wait(retryDelay(e.cfg)) {
-				e.lostAtEnd(ctx, last)
-				return
-			}
+	case err == nil:
+		e.lock, e.last = l, nil
+		if !e.over {
+			e.end.Reset(time.Until(e.cancelPoint()))
+			e.next.Reset(time.Until(l.until()) - e.cfg.extensionThreshold)
 		}
+	case e.over:
+		// fn has returned: the release follows, which tells what is left.
+	case errors.Is(err, ErrLockExpired) || !lock.Valid():
+		e.lose(err) // lost for good, or out of time: fn is told at once
+	default:
+		e.last = err
+		e.next.Reset(retryDelay(e.cfg))
+	}
+}
+
+// atCancelPoint ends fn's context when no extension got through by the
+// cancel point of the newest Lock (a timer of an older one is ignored),
+// and cuts short an extension still on its way.
+func (e *extender) atCancelPoint() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.over || time.Now().Before(e.cancelPoint()) {
+		return
+	}
+	e.lose(e.unextended(e.last, e.flight))
+	if e.flight {
+		e.xcancel()
+	}
+}
+
+// forced ends fn's context when a force release of the lock is heard, not
+// when the next extension fails, and cuts short one on its way.
+func (e *extender) forced() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.over {
+		return
+	}
+	e.lose(e.lock.life.forcedError())
+	if e.flight {
+		e.xcancel()
 	}
 }
 
 // cancelPoint is when fn's context ends unless the lock is extended first.
 func (e *extender) cancelPoint() time.Time { return e.lock.until().Add(-margin(e.cfg)) }
 
-// rearm sets end to the newest Lock's cancel point. A tick of the old one
-// is drained first: with the timers of Go before 1.23 (a main module whose
-// go line is older keeps them) a stale tick would end fn's context.
-func (e *extender) rearm() {
-	if !e.end.Stop() {
-		select {
-		case <-e.end.C:
-		default:
-		}
-	}
-	e.end.Reset(time.Until(e.cancelPoint()))
-}
-
-// extend runs one Extend of the newest Lock in a goroutine, and returns its
-// outcome; or, when the cancel point comes first, ends fn's context at once
-// (e.err is set), cuts the Extend short and waits for it.
-func (e *extender) extend(ctx, base context.Context, last error) (*Lock, error) {
-	select {
-	case <-e.end.C: // already past it (a term begun late, a wait that returned with it ready)
-		e.lose(ctx, e.unextended(last, false))
-		return nil, e.err
-	default:
-	}
-	xctx, cancel := context.WithDeadline(base, e.lock.until())
-	defer cancel()
-	type result struct {
-		l   *Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := e.lock.Extend(xctx, e.ttl) // the Lock carries Using's options
-		got <- result{l, err}
-	}()
-	select {
-	case r := <-got:
-		return r.l, r.err
-	case <-e.end.C:
-	case <-e.gone:
-		// Force-released: fn is told now, not when the extension fails.
-		e.lose(ctx, e.lock.life.forcedError())
-		cancel()
-		<-got
-		return nil, e.err
-	}
-	// An extension that got through before the cancel point was acted on
-	// keeps the lock: its new validity is ahead.
-	select {
-	case r := <-got:
-		if r.err == nil {
-			return r.l, nil
-		}
-		if errors.Is(r.err, ErrLockExpired) {
-			e.lose(ctx, r.err)
-		} else {
-			e.lose(ctx, e.unextended(r.err, false))
-		}
-		return nil, e.err
-	default:
-	}
-	e.lose(ctx, e.unextended(last, true))
-	cancel()
-	if r := <-got; r.err == nil {
-		e.lock = r.l // too late for fn; the release goes through the newest handle
-	}
-	return nil, e.err
-}
-
 // lose ends fn's context with err as the cause (wrapped: it matches
-// ErrExtensionFailed), and tells the observer.
-func (e *extender) lose(ctx context.Context, err error) {
+// ErrExtensionFailed), stops the timers, and tells the observer. Called
+// with mu held.
+func (e *extender) lose(err error) {
+	e.over = true
+	e.next.Stop()
+	e.end.Stop()
 	e.err = &extensionError{err: err, term: e.abort}
 	e.cancel(e.err)
-	e.lock.life.reportLost(ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
-}
-
-// lostAtEnd loses the lock if a wait ended at the cancel point, or on a
-// force release.
-func (e *extender) lostAtEnd(ctx context.Context, last error) {
-	switch {
-	case e.forced:
-		e.lose(ctx, e.lock.life.forcedError())
-	case e.due:
-		e.lose(ctx, e.unextended(last, false))
-	}
+	e.lock.life.reportLost(e.ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
 }
 
 // unextended is the error of a lock not extended by its cancel point.
 func (e *extender) unextended(last error, inFlight bool) error {
 	return &unextendedError{resources: e.lock.resources, margin: margin(e.cfg), last: last, inFlight: inFlight}
-}
-
-// wait sleeps for d and reports whether it did, or returns false at once when
-// stop is closed, or at the cancel point (then with due set). It never
-// starts an extension after fn has returned: stop is checked again after
-// the timer, because select picks at random when both are ready.
-func (e *extender) wait(d time.Duration) bool {
-	var end <-chan time.Time // none outside run
-	if e.end != nil {
-		end = e.end.C
-	}
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-e.stop:
-			return false
-		case <-end:
-			e.due = true
-			return false
-		case <-e.gone:
-			e.forced = true
-			return false
-		case <-t.C:
-		}
-	}
-	select {
-	case <-e.stop:
-		return false
-	case <-e.gone:
-		e.forced = true
-		return false
-	default:
-		return true
-	}
 }
 
 // unextendedError is why a lock was given up at its cancel point: no
