@@ -122,7 +122,9 @@ func holdersRun(t *testing.T, addrs []string, admin []*redis.Client, n int) hold
 					select {
 					case <-stop:
 					default:
-						lost.Add(1)
+						if lost.Add(1) <= 3 {
+							t.Logf("holders %d: lost holders:%d: %v", n, i, context.Cause(fctx))
+						}
 					}
 					return context.Cause(fctx)
 				}
