@@ -199,11 +199,12 @@ type extender struct {
 // and the cancel point; and listens for a force release.
 func (e *extender) start(ctx context.Context) {
 	e.ctx, e.base = ctx, context.WithoutCancel(ctx)
+	life := e.lock.life // every handle of the lock shares it
 	e.mu.Lock()
 	e.end = time.AfterFunc(time.Until(e.cancelPoint()), e.atCancelPoint)
 	e.next = time.AfterFunc(time.Until(e.lock.until())-e.cfg.extensionThreshold, e.due)
 	e.mu.Unlock()
-	unwatch := e.lock.life.whenForced(e.forced) // may call it at once
+	unwatch := life.whenForced(e.forced) // may call it at once
 	e.mu.Lock()
 	e.unwatch = unwatch
 	e.mu.Unlock()
@@ -273,11 +274,11 @@ func (e *extender) due() {
 			e.end.Reset(time.Until(e.cancelPoint()))
 			e.next.Reset(time.Until(l.until()) - e.cfg.extensionThreshold)
 		}
-	case e.over:
-		// fn has returned: the release follows, which tells what is left.
 	case errors.Is(err, ErrLockExpired) || !lock.Valid():
-		e.lose(err) // lost for good, or out of time: fn is told at once
-	default:
+		// Lost for good, or out of time: fn is told at once, and Using's
+		// error says so even when fn has returned meanwhile.
+		e.lose(err)
+	case !e.over:
 		e.last = err
 		e.next.Reset(retryDelay(e.cfg))
 	}
