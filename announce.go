@@ -22,8 +22,10 @@ import (
 // attempt found them held by another and its retry delay and jitter are no
 // longer than its own (an exclusive lock's; every waiter of a semaphore, a
 // shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
-// at most the retry delay. With false, no subscription is opened. Default:
-// true.
+// at most the retry delay. A first waiter whose last attempt did not hear
+// from a node (a timeout, a connection still being set up) and that waits
+// over a second between attempts is woken when that node answers again.
+// With false, no subscription is opened. Default: true.
 func WithWakeOnRelease(on bool) LockOption {
 	return func(c *config) { c.wake = on }
 }
