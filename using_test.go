@@ -407,3 +407,40 @@ func TestHolderWaitsWithoutAGoroutine(t *testing.T) {
 		require.NoError(t, <-errs, "fn's context ended: the lock was not extended")
 	}
 }
+
+// An extension on its way when fn returns, which finds the lock gone,
+// still makes Using say that the lock was lost (ErrExtensionFailed, and
+// the observer's Lost), though fn's context no longer matters: fn ran
+// without it. (helper-21 found Using saying only the release's
+// ErrLockExpired.)
+func TestUsingReportsALossFoundAfterFnReturned(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 3)
+	const key = "{redlock}lateloss"
+	var lost atomic.Bool
+	obs := &redlock.Observer{Using: func(u redlock.UsingInfo) { lost.Store(u.Lost) }}
+	err := f.rl.Using(context.Background(), []string{key}, 3*time.Second, func(ctx context.Context) error {
+		// Replies take a second from now on; the lock is deleted on every
+		// node; fn returns once a node has run the extension (due 1 s in):
+		// its answer, "gone", is on its way.
+		for _, p := range f.Proxies {
+			p.SetLatency(0, time.Second)
+		}
+		before := make([]int, len(f.Peek))
+		for i, c := range f.Peek {
+			require.NoError(t, c.Del(ctx, key).Err())
+			before[i] = scriptCalls(t, c)
+		}
+		require.Eventually(t, func() bool {
+			for i, c := range f.Peek {
+				if scriptCalls(t, c) > before[i] {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, time.Millisecond, "the extension reached a node")
+		return nil
+	}, redlock.WithAutomaticExtensionThreshold(2*time.Second), redlock.WithObserver(obs))
+	require.ErrorIs(t, err, redlock.ErrExtensionFailed)
+	assert.True(t, lost.Load(), "the observer's UsingInfo.Lost")
+}
