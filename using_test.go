@@ -372,12 +372,14 @@ func TestUsingEndsFnAtTheValidityWhenExtensionsFail(t *testing.T) {
 // A held lock costs no goroutine of its own between its extensions (only
 // fn's caller's): timers start each extension, which runs in the timer's
 // goroutine while it is on its way. (Each Using had a goroutine waiting for
-// its next extension: 20,000 holders, 20,000 goroutines.) Each lock is
-// still extended: fn outlives its ttl with its context live.
+// its next extension: 20,000 holders, 20,000 goroutines.) The ttl puts the
+// first extension 29.5 s after the acquire, well past the look
+// (TestHolderIsExtendedWithoutAGoroutine shows the extensions). Not
+// parallel: it looks at every goroutine of the process, and another test's
+// extension on its way would count.
 func TestHolderWaitsWithoutAGoroutine(t *testing.T) {
-	t.Parallel()
 	f := newNodes(t, 3)
-	const n, ttl = 200, 5 * time.Second // the first extension at 4.5s
+	const n, ttl = 200, 30 * time.Second
 	var started sync.WaitGroup
 	started.Add(n)
 	stop := make(chan struct{})
@@ -386,14 +388,7 @@ func TestHolderWaitsWithoutAGoroutine(t *testing.T) {
 		go func() {
 			errs <- f.rl.Using(context.Background(), []string{fmt.Sprintf("{redlock}cheap%d", i)}, ttl, func(ctx context.Context) error {
 				started.Done()
-				select {
-				case <-stop:
-				case <-ctx.Done():
-				}
-				select {
-				case <-time.After(ttl + 500*time.Millisecond): // past the first ttl: extended
-				case <-ctx.Done():
-				}
+				<-stop
 				return context.Cause(ctx)
 			})
 		}()
@@ -403,6 +398,31 @@ func TestHolderWaitsWithoutAGoroutine(t *testing.T) {
 	stacks := string(buf[:runtime.Stack(buf, true)])
 	assert.Zero(t, strings.Count(stacks, "redlock.(*extender)"), "goroutines of the extenders while no extension is due")
 	close(stop)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+}
+
+// Holders whose locks are extended several times keep them (TestMain
+// finds any goroutine left).
+func TestHolderIsExtendedWithoutAGoroutine(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	const n = 100
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			// Extended 1 s before each expiration: 4.5 s is 3 or 4
+			// extensions, each with 900ms to get through.
+			errs <- f.rl.Using(context.Background(), []string{fmt.Sprintf("{redlock}kept%d", i)}, 2*time.Second, func(ctx context.Context) error {
+				select {
+				case <-time.After(4500 * time.Millisecond):
+				case <-ctx.Done():
+				}
+				return context.Cause(ctx)
+			}, redlock.WithAutomaticExtensionThreshold(time.Second))
+		}()
+	}
 	for range n {
 		require.NoError(t, <-errs, "fn's context ended: the lock was not extended")
 	}
