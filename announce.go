@@ -24,7 +24,7 @@ import (
 // shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
 // at most the retry delay. A first waiter whose last attempt did not hear
 // from a node (a timeout, a connection still being set up) and that waits
-// over a second between attempts is woken when that node answers again.
+// over a second between attempts is woken when such a node answers again.
 // With false, no subscription is opened. Default: true.
 func WithWakeOnRelease(on bool) LockOption {
 	return func(c *config) { c.wake = on }

@@ -314,7 +314,7 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 	// What its last attempt found tells the waiters behind it whether
 	// they may stay quiet (see behind), and whether a node that answers
 	// again should wake it (it did not hear from one).
-	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(c.r.size(), st))
+	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st))
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
@@ -364,17 +364,17 @@ func (c *run) behind(p *plan, s slept, left int) slept {
 	return s
 }
 
-// missed reports whether an attempt on n nodes did not hear from one: a
-// node neither voted for nor answered against it (held by another, or a
-// refusal), which timed out, was not sent to, or met a network error.
-func missed(n int, st ExecutionStats) bool {
-	heard := len(st.VotesFor)
+// missed reports whether an attempt did not hear from a node that it
+// waited for: a vote against that is neither an answer (held by another,
+// a refusal) nor the collector's choice to stop waiting once the outcome
+// was decided: a timeout, a call not sent, a network error.
+func missed(st ExecutionStats) bool {
 	for _, v := range st.VotesAgainst {
-		if isLocked(v.Err) || refused(v.Err) != nil {
-			heard++
+		if !isLocked(v.Err) && refused(v.Err) == nil {
+			return true
 		}
 	}
-	return heard < n
+	return false
 }
 
 // notSent reports whether an open breaker kept the attempt from a node.

@@ -466,3 +466,30 @@ func TestExtenderStartsNothingOnceHalted(t *testing.T) {
 	require.NotPanics(t, e.atCancelPoint)
 	require.NotPanics(t, e.forced)
 }
+
+// halt waits for an extension on its way, cutting it short first for a
+// term (abort), not for Using; and stops the timers.
+func TestExtenderHaltWaitsForTheExtension(t *testing.T) {
+	t.Parallel()
+	for _, abort := range []bool{false, true} {
+		var cut atomic.Bool
+		done := make(chan struct{})
+		e := &extender{abort: abort, flight: true, done: done, xcancel: func() { cut.Store(true) },
+			next: time.NewTimer(time.Hour), end: time.NewTimer(time.Hour)}
+		halted := make(chan struct{})
+		go func() {
+			e.halt()
+			close(halted)
+		}()
+		select {
+		case <-halted:
+			t.Fatalf("abort %v: halt returned with the extension on its way", abort)
+		case <-time.After(50 * time.Millisecond):
+		}
+		assert.Equal(t, abort, cut.Load(), "abort %v: the extension cut short", abort)
+		close(done)
+		<-halted
+		assert.False(t, e.next.Stop(), "the next extension's timer stopped")
+		assert.True(t, e.end.Stop(), "abort %v: the cancel point's timer left for the extension on its way", abort)
+	}
+}

@@ -170,9 +170,11 @@ func margin(cfg *config) time.Duration { return min(maxMargin, cfg.extensionThre
 // fn's context at the cancel point, and a force release heard calls it
 // back. Its fields are guarded by mu; Using reads lock and err after halt.
 type extender struct {
-	cfg  *config
-	ttl  time.Duration
-	ctx  context.Context // the caller's: the observer's
+	cfg *config
+	ttl time.Duration
+	// ctx is the caller's, for the observer: kept, since no goroutine
+	// of the extender's is left to be handed it.
+	ctx  context.Context
 	base context.Context // extensions outlive ctx (fn may still run), never the validity
 	// abort cuts short an extension in flight when fn has returned (a
 	// term's, whose release follows at once); halt waits for it.
@@ -191,6 +193,7 @@ type extender struct {
 	flight  bool
 	xcancel context.CancelFunc
 	done    chan struct{}
+	halted  bool // fn has returned
 	over    bool // halted, or lost: nothing more starts
 	unwatch func()
 }
@@ -211,16 +214,19 @@ func (e *extender) start(ctx context.Context) {
 }
 
 // halt stops the extender once fn has returned: no extension starts from
-// now on, and one on its way is waited for (cut short first for a term).
-// Afterwards lock is the newest Lock and err says whether it was lost.
+// now on, and one on its way is waited for (cut short at once for a term,
+// whose release follows; for Using, at the cancel point). Afterwards lock
+// is the newest Lock and err says whether it was lost.
 func (e *extender) halt() {
 	e.mu.Lock()
-	e.over = true
+	e.halted, e.over = true, true
 	e.next.Stop()
-	e.end.Stop()
 	done := e.done
 	if e.flight && e.abort {
 		e.xcancel()
+	}
+	if !e.flight {
+		e.end.Stop()
 	}
 	unwatch := e.unwatch
 	e.mu.Unlock()
@@ -237,6 +243,8 @@ func (e *extender) halt() {
 // or out of time, ends fn's context; node failures that used up a retry
 // window while the lock is still valid try again after a retry delay (the
 // cancel point ends fn's context first if nothing gets through by then).
+// Once fn has returned, only a lock found gone counts as lost: fn ran while
+// it was valid, and the release tells what is left.
 func (e *extender) due() {
 	e.mu.Lock()
 	if e.over || e.flight {
@@ -244,8 +252,9 @@ func (e *extender) due() {
 		return
 	}
 	if !time.Now().Before(e.cancelPoint()) { // a term begun late, a timer that fired late
-		e.lose(e.unextended(e.last, false))
+		report := e.lose(e.unextended(e.last, false))
 		e.mu.Unlock()
+		report()
 		return
 	}
 	lock := e.lock
@@ -257,11 +266,16 @@ func (e *extender) due() {
 	l, err := lock.Extend(xctx, e.ttl) // the Lock carries Using's options
 	cancel()
 
+	report := func() {}
 	e.mu.Lock()
 	defer func() {
 		e.flight, e.xcancel, e.done = false, nil, nil
+		if e.halted {
+			e.end.Stop()
+		}
 		close(done)
 		e.mu.Unlock()
+		report()
 	}()
 	switch {
 	case e.err != nil: // lost meanwhile: at the cancel point, or force-released
@@ -274,11 +288,14 @@ func (e *extender) due() {
 			e.end.Reset(time.Until(e.cancelPoint()))
 			e.next.Reset(time.Until(l.until()) - e.cfg.extensionThreshold)
 		}
-	case errors.Is(err, ErrLockExpired) || !lock.Valid():
-		// Lost for good, or out of time: fn is told at once, and Using's
-		// error says so even when fn has returned meanwhile.
-		e.lose(err)
-	case !e.over:
+	case errors.Is(err, ErrLockExpired):
+		// Lost for good: fn is told at once, and Using's error says so
+		// even when fn has returned meanwhile.
+		report = e.lose(err)
+	case e.halted:
+	case !lock.Valid():
+		report = e.lose(err) // out of time
+	default:
 		e.last = err
 		e.next.Reset(retryDelay(e.cfg))
 	}
@@ -286,46 +303,60 @@ func (e *extender) due() {
 
 // atCancelPoint ends fn's context when no extension got through by the
 // cancel point of the newest Lock (a timer of an older one is ignored),
-// and cuts short an extension still on its way.
+// and cuts short an extension still on its way (one that outlived fn
+// too, with no loss: fn ran while the lock was valid).
 func (e *extender) atCancelPoint() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.over || time.Now().Before(e.cancelPoint()) {
+	switch {
+	case e.halted:
+		if e.flight {
+			e.xcancel()
+		}
+		e.mu.Unlock()
+		return
+	case e.over || time.Now().Before(e.cancelPoint()):
+		e.mu.Unlock()
 		return
 	}
-	e.lose(e.unextended(e.last, e.flight))
+	report := e.lose(e.unextended(e.last, e.flight))
 	if e.flight {
 		e.xcancel()
 	}
+	e.mu.Unlock()
+	report()
 }
 
 // forced ends fn's context when a force release of the lock is heard, not
 // when the next extension fails, and cuts short one on its way.
 func (e *extender) forced() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.over {
+		e.mu.Unlock()
 		return
 	}
-	e.lose(e.lock.life.forcedError())
+	report := e.lose(e.lock.life.forcedError())
 	if e.flight {
 		e.xcancel()
 	}
+	e.mu.Unlock()
+	report()
 }
 
 // cancelPoint is when fn's context ends unless the lock is extended first.
 func (e *extender) cancelPoint() time.Time { return e.lock.until().Add(-margin(e.cfg)) }
 
 // lose ends fn's context with err as the cause (wrapped: it matches
-// ErrExtensionFailed), stops the timers, and tells the observer. Called
-// with mu held.
-func (e *extender) lose(err error) {
+// ErrExtensionFailed) and stops the timers. Called with mu held; the caller
+// calls report once it has let go of mu: it tells the observer (whose
+// hook may call Resign, which halts the extender).
+func (e *extender) lose(err error) (report func()) {
 	e.over = true
 	e.next.Stop()
 	e.end.Stop()
 	e.err = &extensionError{err: err, term: e.abort}
 	e.cancel(e.err)
-	e.lock.life.reportLost(e.ctx, e.cfg, e.lock.resources, err) // once: Extend may have told it
+	lock := e.lock
+	return func() { lock.life.reportLost(e.ctx, e.cfg, lock.resources, err) } // once: Extend may have told it
 }
 
 // unextended is the error of a lock not extended by its cancel point.

@@ -375,9 +375,6 @@ func (l *Lane) send(batch []*Call) bool {
 	for _, c := range failed {
 		c.H.Done(Result{Err: &TimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause}, Acks: -1, Local: -1})
 	}
-	if recovered {
-		l.recovered()
-	}
 	if len(resend) > 0 {
 		// The node has just answered: every held release goes out now,
 		// in one batch, without waiting for the breaker's probe.
@@ -397,6 +394,11 @@ func (l *Lane) send(batch []*Call) bool {
 			c.res = Result{Err: twin, Acks: -1, Local: -1}
 		}
 		c.H.Done(c.res)
+	}
+	if recovered {
+		// After the batch's own answers: a caller whose attempt is in it
+		// is not woken for what it has just heard.
+		l.recovered()
 	}
 	return onTime
 }

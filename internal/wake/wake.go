@@ -526,8 +526,7 @@ func (w *Waker) Tried(wt *Waiter, held, missed bool) {
 // head that Recovered wakes. A head that tries again sooner is left to its
 // jittered delay: woken together, the heads of many calls that met a busy
 // node would all try at the moment it answers again, and make it silent
-// once more (20,000 Using calls starting at once on 3 nodes: 16,000 of
-// their acquires failed, against none).
+// once more (benchmarks/README.md, holders).
 const RecoveredWakes = time.Second
 
 // Recovered wakes each queue's head whose last attempt missed a node

@@ -261,7 +261,10 @@ func TestRecoveredWakesHeadsThatMissedANode(t *testing.T) {
 	t.Parallel()
 	n := &node{c: redistest.StartNode(t).Client()}
 	w := New(n, 4, "~")
-	defer w.Close()
+	t.Cleanup(func() {
+		subs, _ := w.Close()
+		<-subs.Wait()
+	})
 	missed := w.Join([]string{"a"}, false, nil, "", time.Hour)
 	behind := w.Join([]string{"a"}, false, nil, "", time.Hour)
 	heard := w.Join([]string{"b"}, false, nil, "", time.Hour)
