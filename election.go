@@ -156,7 +156,7 @@ func (e *Election) Lead(ctx context.Context, id string, ttl time.Duration, fn fu
 		if p != nil {
 			panic(p)
 		}
-		if lost := t.ext.err; lost != nil && (err == nil || !errors.Is(err, lost)) {
+		if lost := t.lost; lost != nil && (err == nil || !errors.Is(err, lost)) {
 			err = join(err, lost)
 		}
 		err = join(err, rerr)
@@ -317,6 +317,7 @@ type Term struct {
 	once   sync.Once
 	done   chan struct{} // closed once the term's end is complete
 	err    error         // the resignation's error, once done is closed
+	lost   error         // the extender's loss (matches ErrExtensionFailed), or nil, once done is closed
 }
 
 // ID returns the id the candidate campaigned as.
@@ -470,9 +471,10 @@ func (t *Term) end(ctx context.Context, cause error) error {
 	t.once.Do(func() {
 		defer close(t.done)
 		t.cancel(cause)
-		t.ext.halt()
-		_, err := t.ext.lock.Release(ctx)
-		if t.ext.err != nil && errors.Is(err, ErrLockExpired) {
+		newest, lost := t.ext.halt()
+		t.lost = lost
+		_, err := newest.Release(ctx)
+		if lost != nil && errors.Is(err, ErrLockExpired) {
 			err = nil // lost: the term's context said so
 		}
 		t.err = err

@@ -204,3 +204,33 @@ func TestSlowExtensionsKeepTheLock(t *testing.T) {
 	require.NoError(t, err, "Using with slow extensions")
 	assert.GreaterOrEqual(t, extended.Load(), int32(4), "extensions that got through")
 }
+
+// An observer's Lost hook may end the term it is told of: Resign does not
+// wait for the extension whose hook called it (it did, and that extension
+// for Resign: both for ever).
+func TestLostHookMayResignItsTerm(t *testing.T) {
+	t.Parallel()
+	var term atomic.Pointer[redlock.Term]
+	resigned := make(chan error, 1)
+	obs := &redlock.Observer{Lost: func(redlock.LostInfo) {
+		if tm := term.Load(); tm != nil {
+			resigned <- tm.Resign(context.Background())
+		}
+	}}
+	f := newNodes(t, 3, redlock.WithObserver(obs))
+	tm, err := f.rl.Election("hook").Campaign(context.Background(), "me", time.Second)
+	require.NoError(t, err)
+	term.Store(tm)
+	for _, p := range f.Peek { // gone from every node: the next extension finds it so
+		require.NoError(t, p.Del(context.Background(), electionKey("hook")).Err())
+	}
+	select {
+	case err := <-resigned:
+		if err != nil { // the release found it gone, as the hook was told
+			require.ErrorIs(t, err, redlock.ErrLockExpired)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Lost hook's Resign did not return")
+	}
+	<-tm.Context().Done()
+}

@@ -58,21 +58,21 @@ func (r *Redlock) Using(ctx context.Context, resources []string, ttl time.Durati
 	// release uses the newest Lock it made.
 	defer func() {
 		p := recover()
-		ext.halt()
+		newest, lost := ext.halt()
 		// With ctx ended, Release makes one attempt bounded by the node
 		// timeout rather than a whole retry window.
-		_, relErr := ext.lock.Release(ctx)
-		if ext.err != nil && errors.Is(relErr, ErrLockExpired) {
-			relErr = nil // the lock was lost, as ext.err already says
+		_, relErr := newest.Release(ctx)
+		if lost != nil && errors.Is(relErr, ErrLockExpired) {
+			relErr = nil // the lock was lost, as lost already says
 		}
 		if p != nil {
 			panic(p)
 		}
-		if err == nil || !errors.Is(err, ext.err) {
+		if err == nil || !errors.Is(err, lost) {
 			// fn's error, when it already carries the loss (it returned
 			// context.Cause(ctx), as it should, or wrapped it), is kept as
 			// it is: the loss is said once.
-			err = join(err, ext.err)
+			err = join(err, lost)
 		}
 		err = join(err, relErr)
 	}()
@@ -168,7 +168,7 @@ func margin(cfg *config) time.Duration { return min(maxMargin, cfg.extensionThre
 // of its own: a timer starts each extension when it is due (in the
 // timer's goroutine, for as long as the extension takes), another ends
 // fn's context at the cancel point, and a force release heard calls it
-// back. Its fields are guarded by mu; Using reads lock and err after halt.
+// back. Its fields are guarded by mu; halt returns the newest Lock and the loss.
 type extender struct {
 	cfg *config
 	ttl time.Duration
@@ -177,7 +177,7 @@ type extender struct {
 	ctx  context.Context
 	base context.Context // extensions outlive ctx (fn may still run), never the validity
 	// abort cuts short an extension in flight when fn has returned (a
-	// term's, whose release follows at once); halt waits for it.
+	// term's, whose release follows at once); halt does not wait for it.
 	abort bool
 
 	mu     sync.Mutex
@@ -213,17 +213,19 @@ func (e *extender) start(ctx context.Context) {
 	e.mu.Unlock()
 }
 
-// halt stops the extender once fn has returned: no extension starts from
-// now on, and one on its way is waited for (cut short at once for a term,
-// whose release follows; for Using, at the cancel point). Afterwards lock
-// is the newest Lock and err says whether it was lost.
-func (e *extender) halt() {
+// halt stops the extender once fn has returned and returns the newest Lock
+// and whether it was lost: no extension starts from now on. For Using, one
+// on its way is waited for (cut short at the cancel point). A term's is cut
+// short and not waited for: its release follows at once, and the term may
+// be resigned by a hook of that very extension's (the observer's).
+func (e *extender) halt() (*Lock, error) {
 	e.mu.Lock()
 	e.halted, e.over = true, true
 	e.next.Stop()
 	done := e.done
 	if e.flight && e.abort {
 		e.xcancel()
+		done = nil
 	}
 	if !e.flight {
 		e.end.Stop()
@@ -236,6 +238,9 @@ func (e *extender) halt() {
 	if done != nil {
 		<-done
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lock, e.err
 }
 
 // due starts an extension of the newest Lock and acts on its outcome: on
