@@ -207,8 +207,9 @@ func (e event) during(granted, entered time.Time) bool {
 
 // overlap judges the section that entered a resource before me: it waits
 // for its end, and counts how long it ran on after me entered (negative:
-// it ended before), after the operator's latest force release (forced) or
-// key loss (lost) before me entered, or for neither. An event counts for
+// it ended before), after the operator's latest key loss (lost) or force
+// release (forced) before me entered, or for neither; a key loss first,
+// whose bound (the validity) is the looser. An event counts for
 // prev when its deletes may have landed on prev's lock: from the start of
 // the attempt that won it (not fn's entry, a moment later: CI's run on
 // 8c89356) to the event's end (not its start: a lock granted while a force
@@ -220,15 +221,19 @@ func (lr *lostRun) overlap(prev, me *lostVisit, forced, lost event, ps *phaseSta
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	switch {
+	case lost.during(prev.granted, me.enter):
+		// A key loss may have taken it (with a force release too: a lock
+		// granted as the forcing phase ended, and lost in the next one,
+		// CI's run on a39dd62): the old holder learns it at its next
+		// extension, and is bound by its validity.
+		ps.lossOverlaps = append(ps.lossOverlaps, on)
+		if on > lostHoldTTL {
+			ps.lossPastValidity++
+		}
 	case forced.during(prev.granted, me.enter):
 		ps.forcedOverlaps = append(ps.forcedOverlaps, on)
 		if on > heardWithin {
 			ps.heardLate++
-		}
-	case lost.during(prev.granted, me.enter):
-		ps.lossOverlaps = append(ps.lossOverlaps, on)
-		if on > lostHoldTTL {
-			ps.lossPastValidity++
 		}
 	case on > 0:
 		ps.lostViolations++
