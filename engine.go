@@ -107,6 +107,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// joining costs at most one retry delay.
 	c.waits = p.waits && cfg.wake && cfg.retryCount != 0
 	defer func() {
+		p.hook().ended(&c, p)
 		if off := r.wake.Leave(c.wt, c.o.win != nil || c.o.handed != nil); off != nil {
 			r.disown(ctx, cfg, p, off.(*handOff)) // handed over as the call gave up
 		}
@@ -352,13 +353,16 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 // and the head's last attempt found them held by another (see
 // wake.Waker.Behind): the head's attempts are the queue's (the release
 // wakes it; it tries after its own pause when an announcement is lost),
-// and its leaving without the lock wakes the next. Each retry delay
-// spent so counts as a retry; left is how many the call may spend (-1: no
-// bound), so that it makes its last attempt when its retries run out.
+// and its leaving without the lock wakes the next; or while its kind says
+// that something else keeps its place (hooks.quiet: the fair queue's
+// renewals). Each pause spent so counts as a retry; left is how many the
+// call may spend (-1: no bound), so that it makes its last attempt when its
+// retries run out.
 func (c *run) behind(p *plan, s slept, left int) slept {
-	for s.alive && !s.woken && p.single && (left < 0 || s.spent < left) && c.r.wake.Behind(c.wt) {
+	for s.alive && !s.woken && (left < 0 || s.spent < left) && (p.single && c.r.wake.Behind(c.wt) || p.hook().quiet(c, p)) {
 		s.spent++
-		next := sleepOrWake(c.ctx, retryDelay(c.cfg), c.wt.C())
+		d, _ := p.hook().pause(retryDelay(c.cfg))
+		next := sleepOrWake(c.ctx, d, c.wt.C())
 		s.alive, s.woken = next.alive, next.woken
 	}
 	return s

@@ -6,9 +6,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/lane"
 	"github.com/go-redlock/redlock/internal/script"
+	"github.com/go-redlock/redlock/internal/wake"
 )
 
 // The fair queue (WithFairQueue): an Acquire that finds its resources held
@@ -21,10 +24,12 @@ import (
 // attempt that takes it writes the attempt's value with the whole ttl, and
 // the lock's validity counts from that attempt's start, as for any grant.
 //
-// A waiter asks again at least every third of its liveness (fairLive), which
-// renews its place; one that gave up leaves at once (leave), and one that
-// vanished leaves when its liveness runs out, as does, a liveness after
-// the release, a resource handed to it. Mutual exclusion is untouched: a
+// A waiter's place is renewed at least every third of its liveness
+// (fairLive): by its own attempts, or, for a waiter on one resource, by
+// its Redlock's one call per node that renews all of its waiters for that
+// resource together (renewer, below); one that gave up leaves at once
+// (leave), and one that vanished leaves when its liveness runs out, as
+// does, a liveness after the release, a resource handed to it. Mutual exclusion is untouched: a
 // key holds one value or one id, and a holder needs a quorum of keys with
 // its own value.
 //
@@ -95,7 +100,7 @@ type fairKind struct{ member string }
 func (fairKind) acquire(resources []string, ttl time.Duration, cfg *config) *plan {
 	p := acquirePlan(resources, ttl)
 	id := cfg.newValue()
-	fc := &fairCall{member: id + ":" + strconv.FormatInt(int64(ttl/time.Millisecond), 10), live: fairLive(cfg)}
+	fc := &fairCall{member: id + ":" + strconv.FormatInt(int64(ttl/time.Millisecond), 10), live: fairLive(cfg), timeout: cfg.nodeTimeout}
 	p.s, p.keys, p.hooks = script.FairAcquire, fairKeys(resources), fc
 	p.single = false // each waiter renews its place in the nodes' queues
 	p.args = []any{nil, int64(ttl / time.Millisecond), fc.member, time.Now().UnixMilli(), fc.live.Milliseconds(), id}
@@ -128,13 +133,26 @@ func (k fairKind) waiterID() string {
 // what the nodes told it.
 type fairCall struct {
 	noHooks
-	member string
-	live   time.Duration
-	// queuedAt is, per node, the start of the last attempt that the node
-	// answered "queued", and queuedNode the node's time then (a call on
-	// one resource; see queued).
+	member  string
+	live    time.Duration
+	timeout time.Duration // the call's node timeout
+	// mu guards what the renewals write (renewer), from the lanes: the
+	// fields up to splits.
+	mu sync.Mutex
+	// queuedAt is, per node, the start of the last attempt (or renewal)
+	// that the node answered "queued", and queuedNode the node's time then
+	// (a call on one resource; see queued).
 	queuedAt   []time.Time
 	queuedNode []int64
+	// renewedAt is, per node, when the last renewal that found the waiter
+	// queued there was sent; headOn, whether it found it at the queue's
+	// head. wt is the call's waiter, and set its renewals (nil: none;
+	// guarded by the renewer's mu).
+	renewedAt []time.Time
+	headOn    []bool
+	leftAt    time.Time // when it last left the queues to end a split (see unsplit)
+	wt        *wake.Waiter
+	set       *renewSet
 	// splits counts the failed attempts in a row that some node voted
 	// for, since splitSince (see unsplit).
 	splits     int
@@ -148,7 +166,31 @@ func (fc *fairCall) waiter() (string, bool) { return queueID(fc.member), true }
 func (fc *fairCall) failed(c *run, p *plan, st ExecutionStats, as *attemptState) {
 	fc.queued(c, p, st, as)
 	fc.unsplit(c, p, st)
+	if len(p.res) == 1 && !p.acked && c.wt != nil {
+		c.r.renew.add(c.r, p.res[0], fc, c.wt)
+	}
 }
+
+// quiet: a waiter whose place a quorum of nodes renewed lately with its
+// Redlock's other waiters, and that heads no node's queue, makes no
+// attempts (see renewer).
+func (fc *fairCall) quiet(c *run, _ *plan) bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	n := 0
+	for i, at := range fc.renewedAt {
+		if fc.headOn[i] {
+			return false
+		}
+		if !at.IsZero() && time.Since(at) < fc.live/2 {
+			n++
+		}
+	}
+	return n >= c.r.needed()
+}
+
+// ended: its renewals end with the call.
+func (fc *fairCall) ended(c *run, _ *plan) { c.r.renew.remove(fc) }
 
 // granted: see handedByNodes.
 func (fc *fairCall) granted(c *run, p *plan) bool { return fc.handedByNodes(c, p) }
@@ -215,14 +257,33 @@ func (fc *fairCall) queued(c *run, p *plan, st ExecutionStats, as *attemptState)
 	if len(p.res) != 1 || p.acked {
 		return
 	}
-	if fc.queuedAt == nil {
-		fc.queuedAt, fc.queuedNode = make([]time.Time, c.r.size()), make([]int64, c.r.size())
-	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.init(c.r.size())
 	for _, v := range st.VotesAgainst {
 		if isLocked(v.Err) && v.Op == p.op {
 			// The node's answer was read before its vote was counted.
-			fc.queuedAt[v.Node], fc.queuedNode[v.Node] = st.Start, int64(as.nodes[v.Node].counter)
+			fc.queuedOn(v.Node, st.Start, int64(as.nodes[v.Node].counter))
 		}
+	}
+}
+
+// init makes the per-node state for n nodes. Called with mu held.
+func (fc *fairCall) init(n int) {
+	if fc.queuedAt == nil {
+		fc.queuedAt, fc.queuedNode = make([]time.Time, n), make([]int64, n)
+		fc.renewedAt, fc.headOn = make([]time.Time, n), make([]bool, n)
+	}
+}
+
+// queuedOn records that node i answered "queued" at its time now to a call
+// sent at start, unless it answered a later call already (an attempt's and
+// a renewal's answers may come in either order). After the waiter left to
+// end a split (queuedNode MaxInt64), only a call sent after it left counts.
+// Called with mu held.
+func (fc *fairCall) queuedOn(i int, start time.Time, now int64) {
+	if fc.queuedNode[i] == math.MaxInt64 && start.After(fc.leftAt) || now >= fc.queuedNode[i] && fc.queuedNode[i] != math.MaxInt64 {
+		fc.queuedAt[i], fc.queuedNode[i] = start, now
 	}
 }
 
@@ -234,11 +295,16 @@ const handedGrace = 5 * time.Millisecond
 // its resource, with at least half its ttl left by the count above; then
 // the call holds the lock, under its waiter's id.
 func (fc *fairCall) handedByNodes(c *run, p *plan) bool {
-	if fc.queuedAt == nil || c.wt == nil {
+	if c.wt == nil {
 		return false
 	}
 	q := c.r.needed()
 	bounds := func() []time.Time {
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		if fc.queuedAt == nil {
+			return nil
+		}
 		var out []time.Time
 		for _, h := range c.r.wake.Handed(c.wt) {
 			if t := fc.queuedAt[h.Node]; !t.IsZero() && h.At > fc.queuedNode[h.Node] {
@@ -292,8 +358,187 @@ func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
 		return
 	}
 	c.r.leave(c.ctx, c.cfg, p, fc.member)
+	fc.mu.Lock()
 	for i := range fc.queuedNode {
 		fc.queuedNode[i] = math.MaxInt64
 	}
+	fc.leftAt = time.Now()
+	fc.mu.Unlock()
 	fc.splits, fc.splitSince = 0, time.Time{}
+}
+
+// A Redlock keeps the places of its waiters for one resource together
+// (renewer): a waiter on one resource whose attempt was answered "queued"
+// joins its Redlock's renewal set for the resource (and liveness), which
+// sends one FairRenew call per node every third of a liveness for all of
+// them (at most renewChunk waiters a call). So the places cost the nodes
+// a few commands a second per process and resource, not per waiter.
+// Each answer, per waiter:
+//   - queued there, and the resource not handed to it: a "queued" answer
+//     at the node's time (queuedOn), as its own attempt's would be;
+//   - not queued (the node lost it, or it was purged): it is woken, and
+//     its attempt queues it again with the score it had;
+//   - at the head of the node's queue, with the resource free or handed
+//     to it: it is woken to attempt (an announcement may have been lost,
+//     or the holder expired); newly at the head: woken, so that it goes
+//     back to its own attempts.
+//
+// A waiter that a quorum of nodes renewed within half a liveness and that
+// heads no node's queue makes no attempts of its own (hooks.quiet): the
+// hand-over's announcement, or a renewal, wakes it. The head of the
+// queue attempts on its pause, as every waiter did before, so that it
+// still finds the gaps that other clients leave (fair_foreign_test.go).
+
+// renewChunk is the most waiters one renewal call carries.
+const renewChunk = 500
+
+// renewer is a Redlock's renewal sets, by resource and liveness.
+type renewer struct {
+	mu   sync.Mutex
+	sets map[renewKey]*renewSet
+}
+
+type renewKey struct {
+	res  string
+	live time.Duration
+}
+
+// renewSet is the waiters of one Redlock for one resource and liveness,
+// in the order they joined, and the timer of their next renewal.
+type renewSet struct {
+	key     renewKey
+	timeout time.Duration // the node timeout of the first to join
+	calls   []*fairCall
+	timer   *time.Timer
+}
+
+// add joins fc, which waits as wt, to the renewal set of res.
+func (rn *renewer) add(r *Redlock, res string, fc *fairCall, wt *wake.Waiter) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	fc.wt = wt
+	if fc.set != nil {
+		return
+	}
+	k := renewKey{res: res, live: fc.live}
+	s := rn.sets[k]
+	if s == nil {
+		if rn.sets == nil {
+			rn.sets = map[renewKey]*renewSet{}
+		}
+		s = &renewSet{key: k, timeout: fc.timeout}
+		rn.sets[k] = s
+		s.timer = time.AfterFunc(fc.live/3, func() { rn.renew(r, s) })
+	}
+	s.calls = append(s.calls, fc)
+	fc.set = s
+}
+
+// remove takes fc out of its renewal set, if it is in one.
+func (rn *renewer) remove(fc *fairCall) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	s := fc.set
+	if s == nil {
+		return
+	}
+	fc.set = nil
+	s.calls = slices.DeleteFunc(s.calls, func(o *fairCall) bool { return o == fc })
+	if len(s.calls) == 0 {
+		s.timer.Stop()
+		delete(rn.sets, s.key)
+	}
+}
+
+// renew sends set s's renewal to every node, and sets its next one.
+func (rn *renewer) renew(r *Redlock, s *renewSet) {
+	rn.mu.Lock()
+	if rn.sets[s.key] != s || r.closed.Load() {
+		rn.mu.Unlock()
+		return
+	}
+	calls := slices.Clone(s.calls)
+	waiters := make([]*wake.Waiter, len(calls))
+	for i, fc := range calls {
+		waiters[i] = fc.wt
+	}
+	s.timer.Reset(s.key.live / 3)
+	rn.mu.Unlock()
+	keys := fairKeys([]string{s.key.res})
+	sent := time.Now()
+	for from := 0; from < len(calls); from += renewChunk {
+		to := min(from+renewChunk, len(calls))
+		args := make([]any, 0, 1+to-from)
+		args = append(args, s.key.live.Milliseconds())
+		for _, fc := range calls[from:to] {
+			args = append(args, fc.member)
+		}
+		for i, nd := range r.nodes {
+			rc := &renewCall{node: i, sent: sent, calls: calls[from:to], waiters: waiters[from:to]}
+			rc.Call = lane.Call{Kind: lane.Write, Hash: script.FairRenew.Hash, Src: script.FairRenew.Src, Keys: keys, Args: args, Timeout: s.timeout, H: rc}
+			nd.Lane(s.key.res, false).Submit(&rc.Call)
+		}
+	}
+}
+
+// renewCall is one node's renewal of some waiters: a lane.Handler.
+type renewCall struct {
+	lane.Call
+	node    int
+	sent    time.Time
+	calls   []*fairCall
+	waiters []*wake.Waiter
+}
+
+func (rc *renewCall) Sendable() bool     { return true }
+func (rc *renewCall) Held() *lane.Call   { return nil }
+func (rc *renewCall) Silent(lane.Result) {}
+
+// Done reads the node's answer (see renewer).
+func (rc *renewCall) Done(res lane.Result) {
+	if res.Err != nil {
+		return // not renewed there: the next renewal, or the waiters' own attempts
+	}
+	a, ok := res.Reply.([]any)
+	if !ok || len(a) != 4 {
+		return
+	}
+	now, _ := a[0].(int64)
+	value, _ := a[1].(string)
+	head, _ := a[2].(string)
+	missing, _ := a[3].([]any)
+	gone := make([]bool, len(rc.calls))
+	for _, m := range missing {
+		if j, ok := m.(int64); ok && j >= 1 && int(j) <= len(gone) {
+			gone[j-1] = true
+		}
+	}
+	for j, fc := range rc.calls {
+		wt := rc.waiters[j]
+		if gone[j] {
+			fc.mu.Lock()
+			if fc.renewedAt != nil {
+				fc.renewedAt[rc.node], fc.headOn[rc.node] = time.Time{}, false
+			}
+			fc.mu.Unlock()
+			wt.Wake() // its attempt queues it again
+			continue
+		}
+		id := queueID(fc.member)
+		atHead := head == fc.member
+		fc.mu.Lock()
+		if fc.renewedAt == nil {
+			fc.mu.Unlock()
+			continue // not answered "queued" by any attempt yet
+		}
+		newly := atHead && !slices.Contains(fc.headOn, true)
+		fc.renewedAt[rc.node], fc.headOn[rc.node] = rc.sent, atHead
+		if value != id {
+			fc.queuedOn(rc.node, rc.sent, now)
+		}
+		fc.mu.Unlock()
+		if atHead && (newly || value == "" || value == script.Tombstone || value == id) {
+			wt.Wake()
+		}
+	}
 }

@@ -237,3 +237,58 @@ func TestFairQueueContended(t *testing.T) {
 	}
 	t.Logf("%d grants, per waiter %v", grants.Load(), fmt.Sprint(counts))
 }
+
+// A Redlock keeps its fair waiters' places on the nodes together: one call
+// per node and resource every third of a liveness renews them all, and only
+// the waiter at the head of a node's queue makes attempts. 100 waiters
+// with a 50ms retry delay cost each node a few script calls a second (each
+// made its own attempt every 50ms before: about 2,000 a second), keep
+// their places past their liveness (1s), and are each served in turn.
+func TestFairWaitersKeepTheirPlacesTogether(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "together"
+	l, err := f.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, key, l.Value())
+	const n = 100
+	var wg sync.WaitGroup
+	locks := make(chan *redlock.Lock, n)
+	for range n {
+		spawn(&wg, func() {
+			got, err := f.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+			if assert.NoError(t, err) {
+				locks <- got
+			}
+		})
+	}
+	queuedOnNodes(t, f, key, n)
+	time.Sleep(500 * time.Millisecond) // the waiters' first attempts are done
+	before := make([]int, len(f.Peek))
+	for i, p := range f.Peek {
+		before[i] = scriptCalls(t, p)
+	}
+	const window = 3 * time.Second // past a liveness (1s): only renewals keep them queued
+	time.Sleep(window)
+	for i, p := range f.Peek {
+		calls := scriptCalls(t, p) - before[i]
+		t.Logf("node %d: %d script calls in %v with %d waiters", i, calls, window, n)
+		// A renewal every third of a second, and the head's attempts
+		// every 50ms: about 70; a waiter's own attempts would be 6,000.
+		assert.Less(t, calls, 150, "node %d: the waiters' places are renewed together", i)
+		assert.EqualValues(t, n, p.ZCard(ctx, fairQueue(key)).Val(), "node %d: every waiter keeps its place", i)
+	}
+	for range n {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+		select {
+		case l = <-locks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the head of the queue did not get the lock")
+		}
+	}
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	wg.Wait()
+}

@@ -56,6 +56,12 @@ type hooks interface {
 	// adoptHanded is the waiter's step before it takes a lock handed over
 	// in the process; it reports false when the lock cannot be taken.
 	adoptHanded(c *run, p *plan, off *handOff) bool
+	// quiet reports whether the waiting call makes no attempt when its
+	// pause ends without a wake (something else keeps its place: see
+	// run.behind).
+	quiet(c *run, p *plan) bool
+	// ended runs when the call ends, whatever its outcome.
+	ended(c *run, p *plan)
 }
 
 // noHooks are the hooks of the plain lock: nothing more.
@@ -70,6 +76,8 @@ func (noHooks) granted(*run, *plan) bool                          { return false
 func (noHooks) pause(d time.Duration) (time.Duration, bool)       { return d, true }
 func (noHooks) gaveUp(*run, *plan)                                {}
 func (noHooks) adoptHanded(*run, *plan, *handOff) bool            { return true }
+func (noHooks) quiet(*run, *plan) bool                            { return false }
+func (noHooks) ended(*run, *plan)                                 {}
 
 // kindFor returns the kind of lock that cfg asks for.
 func kindFor(cfg *config) kind {

@@ -141,10 +141,43 @@ if lost then return -#KEYS end
 return #KEYS
 `
 
+// fairRenewSrc keeps the places of one process's waiters for a resource:
+// KEYS are the resource, its queue and its deadlines; ARGV[1] is the
+// liveness in ms, then the waiters ("id:ttl"). Each waiter still queued
+// gets its deadline renewed, as its own attempt would renew it; one that
+// is not (purged, or the node lost it) is left out. It answers {the node's
+// time in ms, the resource's value ("" when free), the queue's head ("" for
+// none), the 1-based places in ARGV[2:] of the waiters not queued}. One
+// call a liveness's third renews any number of waiters: ZMSCORE (Redis
+// 6.2) reads them all, and one ZADD renews them.
+const fairRenewSrc = fairNow + fairPurge + `
+local q, d, live = KEYS[2], KEYS[3], tonumber(ARGV[1])
+purge(q, d)
+local scores = redis.call("zmscore", q, unpack(ARGV, 2))
+local renew, missing = {}, {}
+for i = 2, #ARGV do
+  if scores[i - 1] then
+    renew[#renew + 1] = now + live
+    renew[#renew + 1] = ARGV[i]
+  else
+    missing[#missing + 1] = i - 1
+  end
+end
+if #renew > 0 then
+  redis.call("zadd", d, unpack(renew))
+  redis.call("pexpire", q, 2 * live)
+  redis.call("pexpire", d, 2 * live)
+end
+local v = redis.call("get", KEYS[1]) or ""
+local head = redis.call("zrange", q, 0, 0)[1] or ""
+return {now, v, head, missing}
+`
+
 // The scripts of the fair queue. FairAcquire's answer is read as a
 // Counter script's: {applied, the node's time when it queued the waiter}.
 var (
 	FairExtend  = &Script{Src: fairExtendSrc, Hash: newScript(fairExtendSrc).Hash, Restores: true}
 	FairAcquire = &Script{Src: fairAcquireSrc, Hash: newScript(fairAcquireSrc).Hash, Counter: true}
 	FairRelease = &Script{Src: fairReleaseSrc, Hash: newScript(fairReleaseSrc).Hash, Announces: true}
+	FairRenew   = newScript(fairRenewSrc)
 )

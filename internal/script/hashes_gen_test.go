@@ -12,6 +12,7 @@ var generated = map[string]*Script{
 	"FairAcquire":    FairAcquire,
 	"FairExtend":     FairExtend,
 	"FairRelease":    FairRelease,
+	"FairRenew":      FairRenew,
 	"FencedAcquire":  FencedAcquire,
 	"FencedExtend":   FencedExtend,
 	"Force":          Force,

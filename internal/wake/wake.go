@@ -832,6 +832,14 @@ func (wt *Waiter) poke() {
 	}
 }
 
+// Wake leaves one wake pending for wt, as an announcement would (nil:
+// nothing): a caller that learned from the nodes that wt should try now.
+func (wt *Waiter) Wake() {
+	if wt != nil {
+		wt.poke()
+	}
+}
+
 // C returns the wake channel, nil for a nil waiter (never ready).
 func (wt *Waiter) C() <-chan struct{} {
 	if wt == nil {
