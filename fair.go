@@ -58,7 +58,10 @@ import (
 // WithFairQueue sets whether an Acquire of an exclusive lock that finds its
 // resources held queues for them on the nodes, first come first served
 // across processes: a release hands each resource to the queue's head. A
-// waiter keeps its place by asking at least every third of a second.
+// Redlock keeps its waiters' places for a resource with one call per node
+// every third of a second, however many wait (Redis 6.2 or later: on an
+// older server each waiter keeps its own by an attempt as often), and only
+// the head of the queue makes attempts.
 // Other clients (plain Acquires, node-redlock, SET NX) find a handed
 // resource held, and may overtake the head; mutual exclusion holds with
 // all. It is refused with [WithFencing], [WithPermits], [WithShared],

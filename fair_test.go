@@ -292,3 +292,49 @@ func TestFairWaitersKeepTheirPlacesTogether(t *testing.T) {
 	require.NoError(t, err)
 	wg.Wait()
 }
+
+// A node that lost its queue (restarted, flushed) gets the waiters back:
+// the renewal that finds them missing wakes them, and each one's attempt
+// queues it again with the score it had, so the order holds. Their retry
+// delay is an hour and they make no attempts of their own before.
+func TestFairWaitersQueuedAgainWhereANodeLostThem(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "lostqueue"
+	l, err := f.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, key, l.Value())
+	const n = 10
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var order []int
+	locks := make(chan *redlock.Lock, n)
+	for i := range n {
+		spawn(&wg, func() {
+			got, err := f.rl.Acquire(ctx, []string{key}, time.Minute, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+			if assert.NoError(t, err) {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				locks <- got
+			}
+		})
+		queuedOnNodes(t, f, key, int64(i+1))
+	}
+	require.NoError(t, f.Peek[0].Del(ctx, fairQueue(key), "redlock:qlive:{"+key+"}:"+key).Err())
+	queuedOnNodes(t, f, key, n) // within a renewal and an attempt
+	for range n {
+		_, err := l.Release(ctx)
+		require.NoError(t, err)
+		select {
+		case l = <-locks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the head of the queue did not get the lock")
+		}
+	}
+	_, err = l.Release(ctx)
+	require.NoError(t, err)
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order, "first come, first served")
+}
