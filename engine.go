@@ -354,8 +354,7 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 // wake.Waker.Behind): the head's attempts are the queue's (the release
 // wakes it; it tries after its own pause when an announcement is lost),
 // and its leaving without the lock wakes the next; or while its kind says
-// that something else keeps its place (hooks.quiet: the fair queue's
-// renewals). Each pause spent so counts as a retry; left is how many the
+// that something else keeps its place (hooks.quiet). Each pause spent so counts as a retry; left is how many the
 // call may spend (-1: no bound), so that it makes its last attempt when its
 // retries run out.
 func (c *run) behind(p *plan, s slept, left int) slept {

@@ -27,11 +27,11 @@ import (
 // A waiter's place is renewed at least every third of its liveness
 // (fairLive): by its own attempts, or, for a waiter on one resource, by
 // its Redlock's one call per node that renews all of its waiters for that
-// resource together (renewer, below); one that gave up leaves at once
+// resource together (the renewals, below); one that gave up leaves at once
 // (leave), and one that vanished leaves when its liveness runs out, as
-// does, a liveness after the release, a resource handed to it. Mutual exclusion is untouched: a
-// key holds one value or one id, and a holder needs a quorum of keys with
-// its own value.
+// does, a liveness after the release, a resource handed to it. Mutual
+// exclusion is untouched: a key holds one value or one id, and a holder
+// needs a quorum of keys with its own value.
 //
 // Only calls of the fair queue read the queues; every other client meets
 // them through the key alone (fair_foreign_test.go). A resource handed to a
@@ -139,8 +139,8 @@ type fairCall struct {
 	member  string
 	live    time.Duration
 	timeout time.Duration // the call's node timeout
-	// mu guards what the renewals write (renewer), from the lanes: the
-	// fields up to splits.
+	// mu guards what the renewals write and read (from the lanes and the
+	// renewal timer): the fields up to splits.
 	mu sync.Mutex
 	// queuedAt is, per node, the start of the last attempt (or renewal)
 	// that the node answered "queued", and queuedNode the node's time then
@@ -149,13 +149,14 @@ type fairCall struct {
 	queuedNode []int64
 	// renewedAt is, per node, when the last renewal that found the waiter
 	// queued there was sent; headOn, whether it found it at the queue's
-	// head. wt is the call's waiter, and set its renewals (nil: none;
-	// guarded by the renewer's mu).
+	// head.
 	renewedAt []time.Time
 	headOn    []bool
 	leftAt    time.Time // when it last left the queues to end a split (see unsplit)
-	wt        *wake.Waiter
-	set       *renewSet
+	// wt is the call's waiter, and kept whether it is in its Redlock's
+	// renewal set.
+	wt   *wake.Waiter
+	kept bool
 	// splits counts the failed attempts in a row that some node voted
 	// for, since splitSince (see unsplit).
 	splits     int
@@ -170,13 +171,13 @@ func (fc *fairCall) failed(c *run, p *plan, st ExecutionStats, as *attemptState)
 	fc.queued(c, p, st, as)
 	fc.unsplit(c, p, st)
 	if len(p.res) == 1 && !p.acked && c.wt != nil {
-		c.r.renew.add(c.r, p.res[0], fc, c.wt)
+		fc.keep(c.r, p.res[0], c.wt)
 	}
 }
 
 // quiet: a waiter whose place a quorum of nodes renewed lately with its
 // Redlock's other waiters, and that heads no node's queue, makes no
-// attempts (see renewer).
+// attempts (see the renewals, below).
 func (fc *fairCall) quiet(c *run, _ *plan) bool {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
@@ -193,7 +194,11 @@ func (fc *fairCall) quiet(c *run, _ *plan) bool {
 }
 
 // ended: its renewals end with the call.
-func (fc *fairCall) ended(c *run, _ *plan) { c.r.renew.remove(fc) }
+func (fc *fairCall) ended(c *run, p *plan) {
+	if len(p.res) == 1 {
+		fc.unkeep(c.r, p.res[0])
+	}
+}
 
 // granted: see handedByNodes.
 func (fc *fairCall) granted(c *run, p *plan) bool { return fc.handedByNodes(c, p) }
@@ -371,7 +376,7 @@ func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
 }
 
 // A Redlock keeps the places of its waiters for one resource together
-// (renewer): a waiter on one resource whose attempt was answered "queued"
+// (its Waker's Keeper): a waiter on one resource whose attempt was answered "queued"
 // joins its Redlock's renewal set for the resource (and liveness), which
 // sends one FairRenew call per node every third of a liveness for all of
 // them (at most renewChunk waiters a call). So the places cost the nodes
@@ -395,91 +400,67 @@ func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
 // renewChunk is the most waiters one renewal call carries.
 const renewChunk = 500
 
-// renewer is a Redlock's renewal sets, by resource and liveness.
-type renewer struct {
-	mu   sync.Mutex
-	sets map[renewKey]*renewSet
-}
-
+// renewKey names a renewal set: a Redlock's waiters for one resource
+// with one liveness.
 type renewKey struct {
 	res  string
 	live time.Duration
 }
 
-// renewSet is the waiters of one Redlock for one resource and liveness,
-// in the order they joined, and the timer of their next renewal.
-type renewSet struct {
-	key     renewKey
-	timeout time.Duration // the node timeout of the first to join
-	calls   []*fairCall
-	timer   *time.Timer
-}
-
-// add joins fc, which waits as wt, to the renewal set of res.
-func (rn *renewer) add(r *Redlock, res string, fc *fairCall, wt *wake.Waiter) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
+// keep joins fc, which waits as wt for res, to its Redlock's renewal set.
+func (fc *fairCall) keep(r *Redlock, res string, wt *wake.Waiter) {
+	fc.mu.Lock()
 	fc.wt = wt
-	if fc.set != nil {
+	joined := fc.kept
+	fc.kept = true
+	fc.mu.Unlock()
+	if joined {
 		return
 	}
+	timeout := fc.timeout
 	k := renewKey{res: res, live: fc.live}
-	s := rn.sets[k]
-	if s == nil {
-		if rn.sets == nil {
-			rn.sets = map[renewKey]*renewSet{}
-		}
-		s = &renewSet{key: k, timeout: fc.timeout}
-		rn.sets[k] = s
-		s.timer = time.AfterFunc(fc.live/3, func() { rn.renew(r, s) })
-	}
-	s.calls = append(s.calls, fc)
-	fc.set = s
+	r.wake.Keep.Add(k, fc, fc.live/3, func(members []any) { r.renew(k, timeout, members) })
 }
 
-// remove takes fc out of its renewal set, if it is in one.
-func (rn *renewer) remove(fc *fairCall) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	s := fc.set
-	if s == nil {
-		return
-	}
-	fc.set = nil
-	s.calls = slices.DeleteFunc(s.calls, func(o *fairCall) bool { return o == fc })
-	if len(s.calls) == 0 {
-		s.timer.Stop()
-		delete(rn.sets, s.key)
+// unkeep takes fc out of its renewal set, if it is in one.
+func (fc *fairCall) unkeep(r *Redlock, res string) {
+	fc.mu.Lock()
+	joined := fc.kept
+	fc.kept = false
+	fc.mu.Unlock()
+	if joined {
+		r.wake.Keep.Remove(renewKey{res: res, live: fc.live}, fc)
 	}
 }
 
-// renew sends set s's renewal to every node, and sets its next one.
-func (rn *renewer) renew(r *Redlock, s *renewSet) {
-	rn.mu.Lock()
-	if rn.sets[s.key] != s || r.closed.Load() {
-		rn.mu.Unlock()
+// renew sends the renewal of the waiters members (each a *fairCall) for
+// k's resource to every node, each node's call waited for no longer than
+// timeout.
+func (r *Redlock) renew(k renewKey, timeout time.Duration, members []any) {
+	if r.closed.Load() {
 		return
 	}
-	calls := slices.Clone(s.calls)
-	waiters := make([]*wake.Waiter, len(calls))
-	for i, fc := range calls {
-		waiters[i] = fc.wt
+	calls := make([]*fairCall, len(members))
+	waiters := make([]*wake.Waiter, len(members))
+	for i, m := range members {
+		fc := m.(*fairCall)
+		fc.mu.Lock()
+		calls[i], waiters[i] = fc, fc.wt
+		fc.mu.Unlock()
 	}
-	s.timer.Reset(s.key.live / 3)
-	rn.mu.Unlock()
-	keys := fairKeys([]string{s.key.res})
+	keys := fairKeys([]string{k.res})
 	sent := time.Now()
 	for from := 0; from < len(calls); from += renewChunk {
 		to := min(from+renewChunk, len(calls))
 		args := make([]any, 0, 1+to-from)
-		args = append(args, s.key.live.Milliseconds())
+		args = append(args, k.live.Milliseconds())
 		for _, fc := range calls[from:to] {
 			args = append(args, fc.member)
 		}
 		for i, nd := range r.nodes {
 			rc := &renewCall{node: i, sent: sent, calls: calls[from:to], waiters: waiters[from:to]}
-			rc.Call = lane.Call{Kind: lane.Write, Hash: script.FairRenew.Hash, Src: script.FairRenew.Src, Keys: keys, Args: args, Timeout: s.timeout, H: rc}
-			nd.Lane(s.key.res, false).Submit(&rc.Call)
+			rc.Call = lane.Call{Kind: lane.Write, Hash: script.FairRenew.Hash, Src: script.FairRenew.Src, Keys: keys, Args: args, Timeout: timeout, H: rc}
+			nd.Lane(k.res, false).Submit(&rc.Call)
 		}
 	}
 }
@@ -497,7 +478,7 @@ func (rc *renewCall) Sendable() bool     { return true }
 func (rc *renewCall) Held() *lane.Call   { return nil }
 func (rc *renewCall) Silent(lane.Result) {}
 
-// Done reads the node's answer (see renewer).
+// Done reads the node's answer (see the renewals above).
 func (rc *renewCall) Done(res lane.Result) {
 	if res.Err != nil {
 		return // not renewed there: the next renewal, or the waiters' own attempts

@@ -32,7 +32,6 @@ type Redlock struct {
 	quorum   // the nodes, and the attempt that runs on them all
 	cfg      *config
 	wake     *wake.Waker             // waiting Acquires and the subscriptions that wake them, see WithWakeOnRelease
-	renew    renewer                 // the places of its fair queue's waiters, renewed together (fair.go)
 	workers  flight.Flight           // every node worker and held release (see internal/lane)
 	servers  lane.Servers            // which node is which server
 	terms    termSet                 // the live terms of its elections, which Close resigns

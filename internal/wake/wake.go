@@ -106,6 +106,8 @@ type Waker struct {
 	holders map[string]holderSet
 	holds   int // Holds since the last sweep
 	left    int // holders the last sweep left
+	// Keep keeps waiters' places on the nodes (see Keeper); Close stops it.
+	Keep Keeper
 }
 
 // Holder is a held lock that hears the release announcements of its own
@@ -859,6 +861,7 @@ func (w *Waker) Close() (*flight.Flight, bool) {
 		return &w.running, false
 	}
 	w.closed = true
+	w.Keep.Stop()
 	var subs []driver.Subscription
 	for s := range w.subs {
 		if s.ps != nil {
