@@ -129,12 +129,17 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	i := 0
 	if c.waits && !atOnce && !r.wake.Idle() { // no one waits: no tag to make (Join would return nil)
 		if c.wt = r.wake.Join(p.res, true, p.tag(), id, maxDelay(cfg)); c.wt != nil {
-			s := sleepOrWake(ctx, retryDelay(cfg), c.wt.C())
+			// The pause counts as a retry, as one after an attempt does,
+			// and so does each one spent behind the head (see behind): a
+			// queued call makes its first attempt when woken, or when
+			// the head's attempts no longer stand for its own.
+			s := c.behind(p, sleepOrWake(ctx, retryDelay(cfg), c.wt.C()), retriesLeft(cfg, 0))
 			if !s.alive {
 				return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: ctx.Err()})
 			}
-			if !s.woken {
-				i = 1 // the pause counts as a retry, as one after an attempt does
+			i = 1 + s.spent
+			if s.woken && time.Now().Before(c.window) {
+				i-- // a wake is a free retry, as after an attempt
 			}
 		}
 	}
@@ -315,7 +320,7 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 	// What its last attempt found tells the waiters behind it whether
 	// they may stay quiet (see behind), and whether a node that answers
 	// again should wake it (it did not hear from one).
-	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st))
+	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st), split)
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
