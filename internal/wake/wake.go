@@ -349,7 +349,7 @@ type Waiter struct {
 	// node (see Tried, Recovered); split, that it split the nodes; dup,
 	// that a release's announcement was held back from it (see notify).
 	missed, split, dup bool
-	offer  any // a hand-over for it, guarded by Waker.mu; nil: none
+	offer              any // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
 	// id), with the latest time each announced, guarded by Waker.mu.
 	handedBy []Hand
