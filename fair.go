@@ -147,11 +147,12 @@ type fairCall struct {
 	// (a call on one resource; see queued).
 	queuedAt   []time.Time
 	queuedNode []int64
-	// renewedAt is, per node, when the last renewal that found the waiter
-	// queued there was sent; headOn, whether it found it at the queue's
-	// head.
+	// renewedAt is, per node, when the last renewal (or attempt) that
+	// found the waiter queued there was sent; headOn, whether a renewal
+	// found it at the queue's head.
 	renewedAt []time.Time
 	headOn    []bool
+	renewed   bool      // a renewal found it queued on some node
 	leftAt    time.Time // when it last left the queues to end a split (see unsplit)
 	// wt is the call's waiter, and kept whether it is in its Redlock's
 	// renewal set.
@@ -181,12 +182,18 @@ func (fc *fairCall) failed(c *run, p *plan, st ExecutionStats, as *attemptState)
 func (fc *fairCall) quiet(c *run, _ *plan) bool {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
+	// Until a renewal answered (a server before 6.2 refuses them), its
+	// own attempts keep its place: one every third of a liveness at least.
+	window := fc.live / 3
+	if fc.renewed {
+		window = fc.live / 2
+	}
 	n := 0
 	for i, at := range fc.renewedAt {
 		if fc.headOn[i] {
 			return false
 		}
-		if !at.IsZero() && time.Since(at) < fc.live/2 {
+		if !at.IsZero() && time.Since(at) < window {
 			n++
 		}
 	}
@@ -272,6 +279,12 @@ func (fc *fairCall) queued(c *run, p *plan, st ExecutionStats, as *attemptState)
 		if isLocked(v.Err) && v.Op == p.op {
 			// The node's answer was read before its vote was counted.
 			fc.queuedOn(v.Node, st.Start, int64(as.nodes[v.Node].counter))
+			// It holds the waiter's place there, renewed as a renewal
+			// would: a waiter that joined is quiet from its first
+			// attempt on, not from its first renewal.
+			if st.Start.After(fc.renewedAt[v.Node]) {
+				fc.renewedAt[v.Node] = st.Start
+			}
 		}
 	}
 }
@@ -516,7 +529,7 @@ func (rc *renewCall) Done(res lane.Result) {
 			continue // not answered "queued" by any attempt yet
 		}
 		newly := atHead && !slices.Contains(fc.headOn, true)
-		fc.renewedAt[rc.node], fc.headOn[rc.node] = rc.sent, atHead
+		fc.renewedAt[rc.node], fc.headOn[rc.node], fc.renewed = rc.sent, atHead, true
 		if value != id {
 			fc.queuedOn(rc.node, rc.sent, now)
 		}
