@@ -321,6 +321,9 @@ func TestFairWaitersQueuedAgainWhereANodeLostThem(t *testing.T) {
 			}
 		})
 		queuedOnNodes(t, f, key, int64(i+1))
+		// The queue orders by when each began waiting, in ms, then by
+		// id: two that began in the same ms go in their ids' order.
+		time.Sleep(2 * time.Millisecond)
 	}
 	require.NoError(t, f.Peek[0].Del(ctx, fairQueue(key), "redlock:qlive:{"+key+"}:"+key).Err())
 	queuedOnNodes(t, f, key, n) // within a renewal and an attempt
