@@ -152,6 +152,7 @@ type fairCall struct {
 	// found it at the queue's head.
 	renewedAt []time.Time
 	headOn    []bool
+	handedOn  []bool    // a renewal found the resource handed to it there
 	renewed   bool      // a renewal found it queued on some node
 	leftAt    time.Time // when it last left the queues to end a split (see unsplit)
 	// wt is the call's waiter, and kept whether it is in its Redlock's
@@ -177,9 +178,13 @@ func (fc *fairCall) failed(c *run, p *plan, st ExecutionStats, as *attemptState)
 }
 
 // quiet: a waiter whose place a quorum of nodes renewed lately with its
-// Redlock's other waiters, and that heads no node's queue, makes no
-// attempts (see the renewals, below).
+// Redlock's other waiters, that heads no node's queue and whose last
+// attempt did not split the nodes, makes no attempts (see the renewals,
+// below).
 func (fc *fairCall) quiet(c *run, _ *plan) bool {
+	if fc.splits > 0 {
+		return false // its attempts end the split (unsplit)
+	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	// Until a renewal answered (a server before 6.2 refuses them), its
@@ -293,7 +298,7 @@ func (fc *fairCall) queued(c *run, p *plan, st ExecutionStats, as *attemptState)
 func (fc *fairCall) init(n int) {
 	if fc.queuedAt == nil {
 		fc.queuedAt, fc.queuedNode = make([]time.Time, n), make([]int64, n)
-		fc.renewedAt, fc.headOn = make([]time.Time, n), make([]bool, n)
+		fc.renewedAt, fc.headOn, fc.handedOn = make([]time.Time, n), make([]bool, n), make([]bool, n)
 	}
 }
 
@@ -357,6 +362,17 @@ func (fc *fairCall) handedByNodes(c *run, p *plan) bool {
 	return true
 }
 
+// holdsSome reports whether the last renewal of some node found the
+// resource handed to the waiter there. An attempt decided by two nodes
+// against it returns before the node that holds its id answers: without
+// this, such attempts reset the count below, and a split between quiet
+// waiters lasted until the ttl (helper-24).
+func (fc *fairCall) holdsSome() bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return slices.Contains(fc.handedOn, true)
+}
+
 // unsplit ends a split of the nodes between waiters of the fair queue. A
 // node missing a waiter from its queue (it was down when the waiter queued,
 // or lost its data) may hand a resource to a later waiter than its peers
@@ -368,7 +384,7 @@ func (fc *fairCall) handedByNodes(c *run, p *plan) bool {
 // missing. Announcements heard before it left no longer count: each node
 // must answer "queued" again first.
 func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
-	if len(st.VotesFor) == 0 {
+	if len(st.VotesFor) == 0 && !fc.holdsSome() {
 		fc.splits, fc.splitSince = 0, time.Time{}
 		return
 	}
@@ -515,7 +531,7 @@ func (rc *renewCall) Done(res lane.Result) {
 		if gone[j] {
 			fc.mu.Lock()
 			if fc.renewedAt != nil {
-				fc.renewedAt[rc.node], fc.headOn[rc.node] = time.Time{}, false
+				fc.renewedAt[rc.node], fc.headOn[rc.node], fc.handedOn[rc.node] = time.Time{}, false, false
 			}
 			fc.mu.Unlock()
 			wt.Wake() // its attempt queues it again
@@ -529,12 +545,15 @@ func (rc *renewCall) Done(res lane.Result) {
 			continue // not answered "queued" by any attempt yet
 		}
 		newly := atHead && !slices.Contains(fc.headOn, true)
-		fc.renewedAt[rc.node], fc.headOn[rc.node], fc.renewed = rc.sent, atHead, true
+		fc.renewedAt[rc.node], fc.headOn[rc.node], fc.handedOn[rc.node], fc.renewed = rc.sent, atHead, value == id, true
 		if value != id {
 			fc.queuedOn(rc.node, rc.sent, now)
 		}
 		fc.mu.Unlock()
-		if atHead && (newly || value == "" || value == script.Tombstone || value == id) {
+		// Handed to it there (an announcement may have been lost, or the
+		// nodes split between waiters), or at the head with the resource
+		// free: it tries now.
+		if value == id || atHead && (newly || value == "" || value == script.Tombstone) {
 			wt.Wake()
 		}
 	}

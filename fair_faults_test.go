@@ -373,3 +373,161 @@ func TestFairSplitEnds(t *testing.T) {
 		}
 	}
 }
+
+// A quiet waiter W (renewed with its Redlock's others, making no attempts)
+// that the nodes handed the resource to, with the announcement lost, and
+// that is no longer the head of the queue (a waiter with an earlier score
+// came in after the hand-over: another process with a clock behind, or a
+// waiter queued again with its old score) takes what it was handed: the
+// renewal that finds the resource holding its id wakes it. (helper-24:
+// it was woken only at the head; the resource sat idle for W's whole ttl.)
+func TestFairWaiterHandedTheResourceTakesItBehindAnotherHead(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "handednothead"
+	live := "redlock:qlive:{" + key + "}:" + key
+	h, err := f.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, key, h.Value())
+
+	rw, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
+	type res struct {
+		l   *redlock.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan res, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		l, err := rw.Acquire(wctx, []string{key}, 5*time.Second, redlock.WithRetryCount(-1), redlock.WithRetryDelay(time.Hour))
+		got <- res{l, err, time.Now()}
+	}()
+	queuedOnNodes(t, f, key, 1)
+	time.Sleep(1500 * time.Millisecond) // renewals
+	zs, err := f.Peek[0].ZRangeWithScores(ctx, fairQueue(key), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, zs, 1)
+	wm := zs[0].Member.(string)
+	wid := wm[:strings.LastIndexByte(wm, ':')]
+	ghost := "00000000000000000000000000000000:5000" // began in W's millisecond, a smaller id
+	// The holder's release, its announcement lost: the key goes to W (the
+	// head) on every node. Then a waiter with an earlier score queues.
+	handed := time.Now()
+	for _, p := range f.Peek {
+		require.NoError(t, p.Set(ctx, key, wid, 5*time.Second).Err())
+	}
+	time.Sleep(50 * time.Millisecond)
+	for _, p := range f.Peek {
+		now := time.Now().UnixMilli()
+		require.NoError(t, p.ZAdd(ctx, fairQueue(key), redis.Z{Score: zs[0].Score, Member: ghost}).Err())
+		require.NoError(t, p.ZAdd(ctx, live, redis.Z{Score: float64(now + 60000), Member: ghost}).Err())
+	}
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		t.Logf("W got the lock %v after the hand-over; holders %v", r.at.Sub(handed), f.holders(t, key))
+	case <-time.After(4 * time.Second): // a renewal comes every 333ms
+		t.Errorf("W did not take the lock handed to it on every node within 4s (holders %v, PTTL %v)", f.holders(t, key), f.PTTL(t, 0, key))
+	}
+}
+
+// A release that the nodes hand to three different quiet waiters (their
+// queues differed), while the waiter that heads them all had lapsed and
+// queues again: no one has a quorum, and the split ends (unsplit) within a
+// few seconds, not the ttl (20s). The waiters whose last attempt split the
+// nodes are never quiet, and a renewal that finds the resource holding a
+// waiter's id wakes it. (helper-24: each made one attempt and went quiet;
+// the resource sat idle for the whole ttl, in 5 of 5 runs.)
+func TestFairSplitBetweenQuietWaitersEnds(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3, redlock.WithFairQueue(true))
+	ctx := context.Background()
+	key := "splitquiet"
+	ttl := 20 * time.Second
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	h, err := f.rl.Acquire(ctx, []string{key}, time.Minute)
+	require.NoError(t, err)
+	settled(t, f, key, h.Value())
+	type res struct {
+		name string
+		err  error
+		at   time.Time
+	}
+	got := make(chan res, 4)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ra, aOwn := ownRedlock(t, f, ownProxies, redlock.WithFairQueue(true))
+	healOnCleanup(t, aOwn.proxies)
+	spawn(&wg, func() {
+		l, err := ra.Acquire(wctx, []string{key}, ttl, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+		got <- res{"A", err, time.Now()}
+		if err == nil {
+			time.Sleep(5 * time.Millisecond)
+			_, _ = l.Release(context.Background())
+		}
+	})
+	queuedOnNodes(t, f, key, 1)
+	time.Sleep(5 * time.Millisecond)
+	for i, name := range []string{"B", "C", "D"} {
+		rl, _ := ownRedlock(t, f, viaF, redlock.WithFairQueue(true))
+		spawn(&wg, func() {
+			l, err := rl.Acquire(wctx, []string{key}, ttl, redlock.WithRetryCount(-1), redlock.WithRetryDelay(50*time.Millisecond))
+			got <- res{name, err, time.Now()}
+			if err == nil {
+				time.Sleep(5 * time.Millisecond)
+				_, _ = l.Release(context.Background())
+			}
+		})
+		queuedOnNodes(t, f, key, int64(i+2))
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A is cut off from every node: its place lapses (a liveness, 1s).
+	for _, px := range aOwn.proxies {
+		px.Set(redistest.Partition)
+	}
+	queuedOnNodes(t, f, key, 3)
+	time.Sleep(500 * time.Millisecond) // renewals: B, C, D quiet
+	zs, err := f.Peek[0].ZRangeWithScores(ctx, fairQueue(key), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, zs, 3)
+	m := func(i int) string { return zs[i].Member.(string) }
+	// Queues that differ: node 1 lacks B, node 2 lacks B and C.
+	require.NoError(t, f.Peek[1].ZRem(ctx, fairQueue(key), m(0)).Err())
+	require.NoError(t, f.Peek[2].ZRem(ctx, fairQueue(key), m(0), m(1)).Err())
+	_, err = h.Release(ctx)
+	require.NoError(t, err)
+	released := time.Now()
+	// A is back: it queues again with the score it had, ahead of B.
+	for _, px := range aOwn.proxies {
+		px.Heal()
+	}
+	short := func(v string) string {
+		if i := strings.IndexByte(v, '@'); i > 8 {
+			return v[:8]
+		}
+		return v
+	}
+	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return f.Peek[0].ZCard(ctx, fairQueue(key)).Val() == 4 }, 2*time.Second, time.Millisecond, "A queued again")
+	t.Logf("A queued again %v after the release; queue head %v", time.Since(released), f.Peek[0].ZRange(ctx, fairQueue(key), 0, 0).Val())
+	var hs []string
+	for _, v := range f.holders(t, key) {
+		hs = append(hs, short(v))
+	}
+	t.Logf("after the release: holders %v (B=%s C=%s D=%s)", hs, short(m(0)), short(m(1)), short(m(2)))
+	select {
+	case r := <-got:
+		t.Logf("%s got the lock %v after the release (err %v)", r.name, r.at.Sub(released), r.err)
+	case <-time.After(8 * time.Second):
+		hs = nil
+		for _, v := range f.holders(t, key) {
+			hs = append(hs, short(v))
+		}
+		t.Errorf("no one got the lock within 8s of the release: holders %v, PTTL %v", hs, f.PTTL(t, 0, key))
+	}
+}
