@@ -320,7 +320,7 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 	// What its last attempt found tells the waiters behind it whether
 	// they may stay quiet (see behind), and whether a node that answers
 	// again should wake it (it did not hear from one).
-	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st), split)
+	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st))
 	var s slept
 	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))

@@ -190,6 +190,38 @@ func TestInspectUnknownIsNeverFree(t *testing.T) {
 	assert.Equal(t, redlock.Free, in.State, "one silent node cannot make a quorum")
 }
 
+// A release that reaches the nodes apart (here a ForceRelease, 50ms later
+// on two nodes of three) wakes the waiter on the first node's
+// announcement; its attempt then finds the two others still held, by the
+// value being released, and the later nodes' announcements wake it again.
+// (A CI run on 4c7fded: the waiter slept its 5s retry delay with the lock
+// free. Those announcements were held back from a head whose attempt had
+// not split the nodes, and an attempt decided by two nodes against it
+// does not see the vote for of the node that had released.)
+func TestReleaseReachingTheNodesApartWakesTheWaiterAgain(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	ctx := context.Background()
+	_, err := f.rl.Acquire(ctx, []string{"apart"}, 2*time.Hour)
+	require.NoError(t, err)
+	waiter, _ := ownRedlock(t, f, direct)
+	got := acquiring(t, waiter, "apart", redlock.WithRetryDelay(5*time.Second), redlock.WithRetryJitter(0))
+	queued(t, waiter, "apart", 1, f.Peek...)
+	operator, mine := ownRedlock(t, f, ownProxies, roomy)
+	warm(t, operator) // connections set up before the latency
+	mine.proxies[1].SetLatency(50*time.Millisecond, 0)
+	mine.proxies[2].SetLatency(50*time.Millisecond, 0)
+	start := time.Now()
+	require.NoError(t, operator.ForceRelease(ctx, "apart"))
+	select {
+	case at := <-got:
+		t.Logf("the waiter (retry delay 5s) had the lock %v after ForceRelease", at.Sub(start))
+		assert.Less(t, at.Sub(start), time.Second, "woken by the later nodes' announcements, not by its retry")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
+
 // ForceRelease wakes a waiter whose retry delay is seconds: it gets the
 // lock within a second.
 func TestForceReleaseWakesAWaiter(t *testing.T) {

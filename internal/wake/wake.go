@@ -332,9 +332,6 @@ type group struct {
 	id    string
 	keys  []string
 	queue []*Waiter // in the order they registered
-	// announced is the value (its first valueLen bytes) of the last
-	// release announced for its resources (see notify).
-	announced string
 }
 
 // Waiter is one waiting Acquire.
@@ -346,10 +343,9 @@ type Waiter struct {
 	every time.Duration // the longest it waits between attempts when no wake comes (see Behind)
 	held  bool          // guarded by Waker.mu: its last attempt found the resources held by another (see Tried)
 	// missed is guarded by Waker.mu: its last attempt did not hear from a
-	// node (see Tried, Recovered); split, that it split the nodes; dup,
-	// that a release's announcement was held back from it (see notify).
-	missed, split, dup bool
-	offer              any // a hand-over for it, guarded by Waker.mu; nil: none
+	// node (see Tried, Recovered).
+	missed bool
+	offer  any // a hand-over for it, guarded by Waker.mu; nil: none
 	// handedBy are the nodes that announced a resource handed to it (by
 	// id), with the latest time each announced, guarded by Waker.mu.
 	handedBy []Hand
@@ -526,24 +522,14 @@ func (w *Waker) Handed(wt *Waiter) []Hand {
 }
 
 // Tried records whether wt's last attempt found its resources held by
-// another (a holder whose release will be announced), whether it missed
-// a node (no answer: see Recovered), and whether it split the nodes (some
-// voted for it, too few). A split attempt may have met nodes that had not
-// freed the resources yet: their announcements, which notify holds back
-// from a head that tried on the same release's first (see notify), wake
-// it now. A nil wt is ignored.
-func (w *Waker) Tried(wt *Waiter, held, missed, split bool) {
+// another (a holder whose release will be announced), and whether it missed
+// a node (no answer: see Recovered). A nil wt is ignored.
+func (w *Waker) Tried(wt *Waiter, held, missed bool) {
 	if wt == nil {
 		return
 	}
 	w.mu.Lock()
-	wt.held, wt.missed, wt.split = held, missed, split
-	if wt.dup {
-		wt.dup = false
-		if split {
-			wt.poke()
-		}
-	}
+	wt.held, wt.missed = held, missed
 	w.mu.Unlock()
 }
 
@@ -802,17 +788,10 @@ func (w *Waker) notify(payload string, node int) {
 		if len(g.queue) == 0 {
 			continue
 		}
-		// Every node announces a release: the head tries on the first
-		// announcement, and the others wake it again only when its
-		// attempt split the nodes (see Tried). Woken by each, the heads
-		// of many processes tried three times a release, and lost twice.
-		h := g.queue[0]
-		if g.announced == tag && !h.split {
-			h.dup = true
-			continue
-		}
-		g.announced = tag
-		h.poke()
+		// Every node announces a release, and each announcement wakes the
+		// head: its attempt on the first may meet nodes that had not
+		// released yet (TestReleaseReachingTheNodesApartWakesTheWaiterAgain).
+		g.queue[0].poke()
 	}
 	var lost []*Holder
 	hs := w.holders[tag]

@@ -89,7 +89,7 @@ func TestQueueAndWake(t *testing.T) {
 	n.announce(t, "vv", "")
 	assert.False(t, woken(first, 50*time.Millisecond), "another resource, or not ours")
 
-	n.announce(t, "wwww", "b") // another release (the same one's announcement on "b" wakes no one again: see below)
+	n.announce(t, "vvvv", "b")
 	require.Eventually(t, func() bool { return len(first.wake) == 1 }, 5*time.Second, time.Millisecond)
 	w.Leave(first, false) // left without the lock: the wake goes on
 	assert.True(t, woken(second, 5*time.Second), "the next in line takes the wake")
@@ -269,47 +269,18 @@ func TestRecoveredWakesHeadsThatMissedANode(t *testing.T) {
 	behind := w.Join([]string{"a"}, false, nil, "", time.Hour)
 	heard := w.Join([]string{"b"}, false, nil, "", time.Hour)
 	soon := w.Join([]string{"c"}, false, nil, "", RecoveredWakes)
-	w.Tried(missed, true, true, false)
-	w.Tried(behind, false, true, false)
-	w.Tried(heard, true, false, false)
-	w.Tried(soon, true, true, false)
+	w.Tried(missed, true, true)
+	w.Tried(behind, false, true)
+	w.Tried(heard, true, false)
+	w.Tried(soon, true, true)
 	w.Recovered()
 	assert.True(t, woken(missed, time.Second), "the head that missed a node")
 	assert.False(t, woken(behind, 50*time.Millisecond), "behind the head: its attempts are the queue's")
 	assert.False(t, woken(heard, 50*time.Millisecond), "its last attempt heard every node")
 	assert.False(t, woken(soon, 50*time.Millisecond), "it tries again within RecoveredWakes by itself")
-	w.Tried(missed, true, false, false)
+	w.Tried(missed, true, false)
 	w.Recovered()
 	assert.False(t, woken(missed, 50*time.Millisecond), "it heard every node since")
-}
-
-// Every node announces a release: a head woken by the first announcement
-// is not woken again by the others of the same release (the same value),
-// unless its attempt split the nodes (some had not freed the resource
-// yet); another release's announcement wakes it.
-func TestOneReleaseWakesTheHeadOnce(t *testing.T) {
-	t.Parallel()
-	n := &node{c: redistest.StartNode(t).Client()}
-	w := New(n, 4, "~")
-	defer w.Close()
-	head := w.Join([]string{"a"}, false, nil, "", time.Second)
-	require.NotNil(t, head)
-	subscribed(t, n, 1)
-	n.announce(t, "vvvv", "a")
-	require.True(t, woken(head, 5*time.Second), "the first announcement")
-	n.announce(t, "vvvv", "a") // another node's, of the same release
-	assert.False(t, woken(head, 100*time.Millisecond), "the same release again")
-	w.Tried(head, true, false, false)
-	assert.False(t, woken(head, 50*time.Millisecond), "its attempt found the resource taken: the held-back announcement is stale")
-
-	n.announce(t, "wwww", "a")
-	require.True(t, woken(head, 5*time.Second), "another release")
-	n.announce(t, "wwww", "a")
-	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return head.dup }, 5*time.Second, time.Millisecond)
-	w.Tried(head, true, false, true)
-	assert.True(t, woken(head, time.Second), "its attempt split the nodes: the held-back announcement wakes it")
-	n.announce(t, "wwww", "a")
-	assert.True(t, woken(head, 5*time.Second), "after a split, each announcement wakes it")
 }
 
 // The waiters behind the head stay behind a new head that has made no
@@ -330,7 +301,7 @@ func TestTheNextHeadStandsForTheQueue(t *testing.T) {
 	subscribed(t, n, 1)
 	require.Eventually(t, func() bool { return w.Listening() == 1 }, 5*time.Second, time.Millisecond)
 	assert.False(t, w.Behind(q[3]), "the head has not tried: its attempts stand for no one yet")
-	w.Tried(q[0], true, false, false)
+	w.Tried(q[0], true, false)
 	assert.True(t, w.Behind(q[3]))
 	require.True(t, w.HandOver(keys, "tag", 1), "handed to the head")
 	assert.True(t, w.Behind(q[3]), "the next head, untried, stands for the queue: the resource is held by the one handed it")
