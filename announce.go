@@ -16,12 +16,16 @@ import (
 // Redlock subscribes on every node (one connection each; on a Cluster,
 // sharded, one per resource waited for) once an Acquire has to wait or a
 // lock is held (a held lock hears its force release there). The waiters of
-// one Redlock for the same resources are woken first come first served,
-// and while a node's subscription hears their releases, a waiter behind
-// the first makes no attempt between wakes when the first one's last
-// attempt found them held by another and its retry delay and jitter are no
-// longer than its own (an exclusive lock's; every waiter of a semaphore, a
-// shared lock or a fair queue tries). A wake does not use up a retry; a lost announcement costs
+// one Redlock for the same resources are woken first come first served:
+// the first once a quorum of nodes announced a release (or a node timeout
+// after the first announcement), once per release. While a node's
+// subscription hears their releases, a waiter behind the first makes no
+// attempt between wakes, from before its first, when the first one's (or,
+// when it has made none yet, the one's before it) last attempt found them
+// held by another and its retry delay and jitter are no longer than its
+// own (an exclusive lock's; every waiter of a semaphore or a shared lock
+// tries, and a fair queue keeps its waiters' places with one call per
+// node: see [WithFairQueue]). A wake does not use up a retry; a lost announcement costs
 // at most the retry delay. A first waiter whose last attempt did not hear
 // from a node (a timeout, a connection still being set up) and that waits
 // over a second between attempts is woken when such a node answers again.
