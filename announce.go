@@ -17,8 +17,7 @@ import (
 // sharded, one per resource waited for) once an Acquire has to wait or a
 // lock is held (a held lock hears its force release there). The waiters of
 // one Redlock for the same resources are woken first come first served:
-// the first once a quorum of nodes announced a release (or a node timeout
-// after the first announcement), once per release. While a node's
+// the first, at each node's announcement. While a node's
 // subscription hears their releases, a waiter behind the first makes no
 // attempt between wakes, from before its first, when the first one's (or,
 // when it has made none yet, the one's before it) last attempt found them

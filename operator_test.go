@@ -191,13 +191,13 @@ func TestInspectUnknownIsNeverFree(t *testing.T) {
 }
 
 // A release that reaches the nodes apart (here a ForceRelease, 50ms later
-// on two nodes of three) wakes the waiter once a quorum of nodes announced
-// it, and it gets the lock. (A CI run on 4c7fded: the waiter slept its 5s
-// retry delay with the lock free. It woke on the first node's
-// announcement, its attempt found the two others still held, and their
-// announcements were held back from a head whose attempt had not split the
-// nodes: an attempt decided by two nodes against it does not see the vote
-// for of the node that had released.)
+// on two nodes of three) wakes the waiter on the first node's
+// announcement; its attempt finds the two others still held, by the value
+// being released, and their announcements wake it again: it gets the lock.
+// (A CI run on 4c7fded: the waiter slept its 5s retry delay with the lock
+// free. Those announcements were held back from a head whose attempt had
+// not split the nodes, and an attempt decided by two nodes against it
+// does not see the vote for of the node that had released.)
 func TestReleaseReachingTheNodesApartWakesTheWaiterAgain(t *testing.T) {
 	t.Parallel()
 	f := newNodes(t, 3)

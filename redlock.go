@@ -315,7 +315,6 @@ func newRedlock(nodes []driver.Node, opts []Option) (*Redlock, error) {
 		r.nodes[i] = lane.NewNode(i, n, &r.workers, cfg.nodeTimeout, &r.servers)
 	}
 	r.wake = wake.New(announcers(r.nodes), valueLen, script.HandedPrefix)
-	r.wake.WakeAt(r.needed(), cfg.nodeTimeout)
 	for _, nd := range r.nodes {
 		nd.OnRecover(r.wake.Recovered)
 	}

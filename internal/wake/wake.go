@@ -60,7 +60,7 @@ type Nodes interface {
 // (at least valueLen bytes, with no ':'), ":", the node's time in ms, ":",
 // then the resource.
 func New(nodes Nodes, valueLen int, handed string) *Waker {
-	return &Waker{nodes: nodes, skip: valueLen, handed: handed, quorum: 1}
+	return &Waker{nodes: nodes, skip: valueLen, handed: handed}
 }
 
 // Waker wakes waiting Acquires when a resource they wait for is released.
@@ -108,9 +108,6 @@ type Waker struct {
 	left    int // holders the last sweep left
 	// Keep keeps waiters' places on the nodes (see Keeper); Close stops it.
 	Keep Keeper
-	// quorum and within: see WakeAt.
-	quorum int
-	within time.Duration
 }
 
 // Holder is a held lock that hears the release announcements of its own
@@ -335,12 +332,6 @@ type group struct {
 	id    string
 	keys  []string
 	queue []*Waiter // in the order they registered
-	// announced is the value (its first valueLen bytes) of the last
-	// release announced for its resources, nodes the nodes that announced
-	// it, and woken whether it woke the head (see heard).
-	announced string
-	nodes     []int
-	woken     bool
 }
 
 // Waiter is one waiting Acquire.
@@ -797,7 +788,11 @@ func (w *Waker) notify(payload string, node int) {
 		if len(g.queue) == 0 {
 			continue
 		}
-		w.heard(g, tag, node)
+		// Every node announces a release, and each announcement wakes the
+		// head: its attempt on the first may meet nodes that had not
+		// released yet, or a contender that gives up and frees them
+		// silently (TestReleaseReachingTheNodesApartWakesTheWaiterAgain).
+		g.queue[0].poke()
 	}
 	var lost []*Holder
 	hs := w.holders[tag]
@@ -813,45 +808,6 @@ func (w *Waker) notify(payload string, node int) {
 	for _, h := range lost {
 		h.owner.Lost(node, key)
 	}
-}
-
-// heard counts node's announcement of the release of value tag for g's
-// resources, and wakes g's head once a quorum of nodes (WakeAt) announced
-// it, or the wait after the first: an attempt on the first announcement
-// met nodes that had not released yet, and lost; woken by each, the heads
-// of many processes tried three times a release, and lost twice. A
-// release's later announcements wake no one. Called with mu held.
-func (w *Waker) heard(g *group, tag string, node int) {
-	if g.announced != tag {
-		g.announced, g.nodes, g.woken = tag, nil, false
-		if w.quorum > 1 {
-			time.AfterFunc(w.within, func() {
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				if g.announced == tag && !g.woken && len(g.queue) > 0 {
-					g.woken = true
-					g.queue[0].poke()
-				}
-			})
-		}
-	}
-	if g.woken || slices.Contains(g.nodes, node) {
-		return
-	}
-	g.nodes = append(g.nodes, node)
-	if len(g.nodes) >= w.quorum {
-		g.woken = true
-		g.queue[0].poke()
-	}
-}
-
-// WakeAt sets how many nodes' announcements of a release wake a head
-// (quorum; 1 before it is called), and how long after the first it is
-// woken without them (within).
-func (w *Waker) WakeAt(quorum int, within time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.quorum, w.within = quorum, within
 }
 
 // pokeHeads wakes the head of each group waiting for key, or of every
