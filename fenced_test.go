@@ -354,11 +354,12 @@ func TestLateWriteBackFailsTheAttempt(t *testing.T) {
 	f := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
 	acquireToken(t, f.rl, "warm") // the nodes have the fenced scripts
 	for _, p := range f.Proxies {
-		p.SetLatency(40*time.Millisecond, 40*time.Millisecond) // a round trip of 80ms
+		p.SetLatency(100*time.Millisecond, 100*time.Millisecond) // a round trip of 200ms
 	}
-	// ttl 122ms: a validity of 119ms, enough for the first round, not for
-	// both.
-	_, err := f.rl.Acquire(context.Background(), []string{"slow"}, 122*time.Millisecond, fenced, redlock.WithRetryCount(0))
+	// ttl 300ms: a validity of 295ms, enough for the first round (with
+	// 95ms to spare: a loaded CI run took 40ms more than the 80ms round
+	// trip of an earlier version), not for both (400ms).
+	_, err := f.rl.Acquire(context.Background(), []string{"slow"}, 300*time.Millisecond, fenced, redlock.WithRetryCount(0))
 	require.Error(t, err)
 	t.Log(err)
 	assert.Contains(t, err.Error(), "fencing token 1 was written back")
