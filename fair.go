@@ -405,26 +405,29 @@ func (fc *fairCall) unsplit(c *run, p *plan, st ExecutionStats) {
 }
 
 // A Redlock keeps the places of its waiters for one resource together
-// (its Waker's Keeper): a waiter on one resource whose attempt was answered "queued"
-// joins its Redlock's renewal set for the resource (and liveness), which
-// sends one FairRenew call per node every third of a liveness for all of
-// them (at most renewChunk waiters a call). So the places cost the nodes
-// a few commands a second per process and resource, not per waiter.
-// Each answer, per waiter:
+// (its Waker's Keeper): a waiter on one resource whose attempt was
+// answered "queued" joins its Redlock's renewal set for the resource (and
+// liveness), which sends one FairRenew call per node every third of a
+// liveness for all of them (at most renewChunk waiters a call). So the
+// places cost the nodes a few commands a second per process and resource,
+// not per waiter. Each answer, per waiter:
 //   - queued there, and the resource not handed to it: a "queued" answer
 //     at the node's time (queuedOn), as its own attempt's would be;
 //   - not queued (the node lost it, or it was purged): it is woken, and
 //     its attempt queues it again with the score it had;
-//   - at the head of the node's queue, with the resource free or handed
-//     to it: it is woken to attempt (an announcement may have been lost,
-//     or the holder expired); newly at the head: woken, so that it goes
-//     back to its own attempts.
+//   - the resource handed to it there: it is woken to take it (an
+//     announcement may have been lost, or the nodes split);
+//   - at the head of the node's queue with the resource free (the holder
+//     expired), or newly at the head: it is woken, and goes back to its
+//     own attempts.
 //
-// A waiter that a quorum of nodes renewed within half a liveness and that
-// heads no node's queue makes no attempts of its own (hooks.quiet): the
-// hand-over's announcement, or a renewal, wakes it. The head of the
-// queue attempts on its pause, as every waiter did before, so that it
-// still finds the gaps that other clients leave (fair_foreign_test.go).
+// A waiter that a quorum of nodes renewed within half a liveness (its own
+// "queued" answers count), that heads no node's queue and whose last
+// attempt did not split the nodes makes no attempts of its own
+// (hooks.quiet): the hand-over's announcement, or a renewal, wakes it. The
+// head of the queue attempts on its pause, as every waiter did before, so
+// that it still finds the gaps that other clients leave
+// (fair_foreign_test.go).
 
 // renewChunk is the most waiters one renewal call carries.
 const renewChunk = 500
