@@ -32,6 +32,23 @@ func queuedOnNodes(t *testing.T, f *fixture, key string, n int64) {
 	}, 10*time.Second, time.Millisecond, "%d waiters queued for %s on every node", n, key)
 }
 
+// releaseInTurn releases l, and each of the n locks that locks gives in
+// turn (the queue's next head is handed each release), then the last.
+func releaseInTurn(t *testing.T, l *redlock.Lock, locks <-chan *redlock.Lock, n int) {
+	t.Helper()
+	for range n {
+		_, err := l.Release(context.Background())
+		require.NoError(t, err)
+		select {
+		case l = <-locks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the head of the queue did not get the lock")
+		}
+	}
+	_, err := l.Release(context.Background())
+	require.NoError(t, err)
+}
+
 // Waiters in other processes (Redlocks with clients of their own) get the
 // lock in the order they began waiting, each handed it by the release
 // before. Their retry delay is an hour: the hand-over's announcement wakes
@@ -63,17 +80,7 @@ func TestFairQueueOrder(t *testing.T) {
 		})
 		queuedOnNodes(t, f, key, int64(i+1))
 	}
-	for range n {
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-		select {
-		case l = <-locks:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the head of the queue did not get the lock")
-		}
-	}
-	_, err = l.Release(ctx)
-	require.NoError(t, err)
+	releaseInTurn(t, l, locks, n)
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3}, order, "first come, first served")
 	require.Eventually(t, func() bool {
@@ -279,17 +286,7 @@ func TestFairWaitersKeepTheirPlacesTogether(t *testing.T) {
 		assert.Less(t, calls, 150, "node %d: the waiters' places are renewed together", i)
 		assert.EqualValues(t, n, p.ZCard(ctx, fairQueue(key)).Val(), "node %d: every waiter keeps its place", i)
 	}
-	for range n {
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-		select {
-		case l = <-locks:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the head of the queue did not get the lock")
-		}
-	}
-	_, err = l.Release(ctx)
-	require.NoError(t, err)
+	releaseInTurn(t, l, locks, n)
 	wg.Wait()
 }
 
@@ -327,17 +324,7 @@ func TestFairWaitersQueuedAgainWhereANodeLostThem(t *testing.T) {
 	}
 	require.NoError(t, f.Peek[0].Del(ctx, fairQueue(key), "redlock:qlive:{"+key+"}:"+key).Err())
 	queuedOnNodes(t, f, key, n) // within a renewal and an attempt
-	for range n {
-		_, err := l.Release(ctx)
-		require.NoError(t, err)
-		select {
-		case l = <-locks:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the head of the queue did not get the lock")
-		}
-	}
-	_, err = l.Release(ctx)
-	require.NoError(t, err)
+	releaseInTurn(t, l, locks, n)
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, order, "first come, first served")
 }
