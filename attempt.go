@@ -211,6 +211,38 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	}
 }
 
+// rest returns the votes of the nodes that had not voted when the attempt
+// was decided (counted were), as they come until every node has voted
+// (all), until passes, or the caller's ctx ends.
+func (as *attemptState) rest(counted int, until time.Time) (late []vote, all bool) {
+	var t *time.Timer
+	for counted+len(late) < len(as.nodes) {
+		select {
+		case i := <-as.votes:
+			late = append(late, as.nodes[i].vote(i))
+			continue
+		default:
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return late, false
+		}
+		if t == nil {
+			t = time.NewTimer(left)
+			defer t.Stop()
+		}
+		select {
+		case i := <-as.votes:
+			late = append(late, as.nodes[i].vote(i))
+		case <-t.C:
+			return late, false
+		case <-as.ctx.Done():
+			return late, false
+		}
+	}
+	return late, true
+}
+
 // evalSHA is the last EVALSHA command an attempt made for its calls (see
 // lane.Call's Cmd).
 type evalSHA struct {
@@ -657,7 +689,7 @@ func judgeOnce(op Op, s *script.Script, resources int, r lane.Result) (script.Re
 	case rep.Restored:
 		return rep, &ResourceLockedError{Op: op, Requested: rep.Resources, restored: true}
 	case !rep.Full():
-		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources, full: rep.NoRoom}
+		return rep, &ResourceLockedError{Op: op, Applied: rep.Applied, Requested: rep.Resources, full: rep.NoRoom, holder: rep.Holder}
 	}
 	return rep, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	mrand "math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,7 @@ type run struct {
 	// counts them since the wake.
 	carry   time.Time
 	carries int
+	splits  int // the attempts in a row that split the nodes (see splitPause)
 }
 
 // maxCarries bounds the attempts a wake carries over (see run.carry): a
@@ -178,7 +180,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// slept the retry delay, 100-300 ms, to learn it).
 			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
 		}
-		s := c.pause(p, st, retriesLeft(cfg, i))
+		s := c.pause(p, st, c.splitFree(p, st, as), retriesLeft(cfg, i))
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
@@ -309,8 +311,9 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 }
 
 // pause waits between attempts: the retry delay, or until a release wakes
-// the call, after the failed attempt st.
-func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
+// the call, after the failed attempt st; a short random pause when quick
+// (see splitFree).
+func (c *run) pause(p *plan, st ExecutionStats, quick bool, left int) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), maxDelay(c.cfg))
 	}
@@ -330,6 +333,16 @@ func (c *run) pause(p *plan, st ExecutionStats, left int) slept {
 	if carried {
 		d = c.cfg.nodeTimeout
 		c.carries++
+	}
+	// An attempt that split the nodes with others' (each took some, none
+	// a quorum) is followed by a short random pause, whatever the retry
+	// delay: every contender releases what it wrote without announcing it,
+	// so no wake would come while the resource is free.
+	if quick {
+		c.splits++
+		d = min(d, splitPause(time.Since(st.Start), c.splits))
+	} else {
+		c.splits = 0
 	}
 	if p.freshValue && split && spread {
 		s = sleepOrWakeSpread(c.ctx, d, c.wt.C())
@@ -444,6 +457,82 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 	case <-ctx.Done():
 		return slept{}
 	}
+}
+
+// splitFree reports whether the failed attempt st (as) split the nodes
+// with others' and no one holds a quorum: every node answered, some for
+// and the others naming who holds the resources, none of them on a quorum
+// of nodes. (A lock that holds a quorum announces its release: its waiters
+// wait for that, even when a node it never reached was free.) The nodes
+// that had not answered when the attempt was decided count too: it waits
+// for them until the attempt's deadline, when what was counted leaves the
+// question open.
+func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
+	if !p.freshValue || as == nil {
+		return false
+	}
+	fors := len(st.VotesFor)
+	var seen [8]string
+	holders := seen[:0]
+	add := func(err error) bool {
+		var le *ResourceLockedError
+		if !errors.As(err, &le) || le.holder == "" || strings.HasPrefix(le.holder, script.MarkPrefix) {
+			// An error, a script that does not name holders, or one of
+			// this library's marks: not known.
+			return false
+		}
+		holders = append(holders, le.holder)
+		return true
+	}
+	for _, v := range st.VotesAgainst {
+		if !add(v.Err) {
+			return false
+		}
+	}
+	if !rivalsBelow(holders, c.r.needed()) {
+		return false // a lock holds a quorum already
+	}
+	late, all := as.rest(fors+len(holders), as.deadline)
+	for _, v := range late {
+		if v.err == nil {
+			fors++
+		} else if !add(v.err) {
+			return false
+		}
+	}
+	return all && fors > 0 && rivalsBelow(holders, c.r.needed())
+}
+
+// rivalsBelow reports whether no value among holders (one entry per node
+// that named it) holds q nodes.
+func rivalsBelow(holders []string, q int) bool {
+	for i, h := range holders {
+		n := 0
+		for _, o := range holders[i:] {
+			if o == h {
+				n++
+			}
+		}
+		if n >= q {
+			return false
+		}
+	}
+	return true
+}
+
+// splitPause is the pause after the n-th attempt in a row (n >= 1) that
+// split the nodes, took long: a random time up to twice took (at least a
+// millisecond), doubled for each split in a row before it. The contenders
+// that split draw different pauses, and the first to try again usually
+// takes every node before the others do; as the bound grows past the
+// contenders' differences in round trip (a contender near one node always
+// reaches that one first), one gets ahead.
+func splitPause(took time.Duration, n int) time.Duration {
+	span := max(2*took, time.Millisecond) << min(n-1, 20)
+	if span <= 0 || span > time.Hour { // overflow, or far past any retry delay worth capping
+		span = time.Hour
+	}
+	return time.Duration(mrand.Int64N(int64(span)))
 }
 
 // sleepOrWakeSpread is sleepOrWake for a waiter that just split the nodes

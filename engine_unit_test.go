@@ -499,3 +499,22 @@ func TestExtenderHaltWaitsForUsingsExtension(t *testing.T) {
 		assert.True(t, e.end.Stop(), "abort %v: the cancel point's timer left for the extension on its way", abort)
 	}
 }
+
+// The pause after a split is random, below twice the attempt's time (at
+// least a millisecond), doubled for each split in a row.
+func TestSplitPauseIsBoundedAndGrows(t *testing.T) {
+	t.Parallel()
+	for n := 1; n <= 4; n++ {
+		bound := 2 * 5 * time.Millisecond << (n - 1)
+		seen := time.Duration(0)
+		for range 200 {
+			d := splitPause(5*time.Millisecond, n)
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			require.Less(t, d, bound, "split %d in a row", n)
+			seen = max(seen, d)
+		}
+		require.Greater(t, seen, bound/2, "200 draws below %v reach past its half", bound)
+	}
+	require.Less(t, splitPause(0, 1), time.Millisecond)
+	require.LessOrEqual(t, splitPause(time.Hour, 60), time.Hour) // no overflow
+}

@@ -74,11 +74,12 @@ const (
 // matches [ErrLockExpired].
 type ResourceLockedError struct {
 	Op        Op
-	Applied   int64 // how many resources the script applied to on that node
-	Requested int   // how many resources were requested
-	split     bool  // a semaphore's node that took other permits than the quorum's
-	full      bool  // a semaphore's node with every permit taken
-	restored  bool  // an extension's node that had lost the lock's keys, and got them written back
+	Applied   int64  // how many resources the script applied to on that node
+	Requested int    // how many resources were requested
+	split     bool   // a semaphore's node that took other permits than the quorum's
+	full      bool   // a semaphore's node with every permit taken
+	restored  bool   // an extension's node that had lost the lock's keys, and got them written back
+	holder    string // an acquire's node: the start of the value that holds a key (script.Reply.Holder), when it says
 }
 
 // Error implements the error interface.

@@ -13,7 +13,7 @@ var hashes = map[uint64]string{
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
 	0x5025f7c0a17f4093: "2dfa47cb8b884ff2429a1f43d9d0ecb76d89fbce", // Force
 	0xef204830cbcdb634: "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", // Probe
-	0x01ac05941e5092c8: "e17e632e2ec9125e0ecf09d7a37a0c467ff441cf", // Acquire
+	0x9fa3bcfb861a856b: "6c3036f00bb34ab64f99895a58fd536ff06771db", // Acquire
 	0xe99851f6e6aae98a: "ef35f056f8b00957fe5a6114033df5e002d1186e", // Extend
 	0x2a31b5657f9d489d: "3d1c40819c3c6af6e8e5e880a4344a4104d22c14", // ExtendMany
 	0xd730bc8738e788b3: "dc20f69807fbd1048d0e135af7102dab3ee15afa", // Release

@@ -58,6 +58,10 @@ const (
 // do not count as a reader and which makes its extension fail.
 const Tombstone = "redlock:gone"
 
+// MarkPrefix starts every value this library writes that is not a lock's
+// own (Tombstone, SharedMarker, SharedWriterWaits).
+const MarkPrefix = "redlock:"
+
 // PermitPrefix, ReadersPrefix and ElectionPrefix start the keys of a
 // semaphore's permits, of a shared lock's readers and of an election's lock.
 const (

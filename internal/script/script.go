@@ -52,14 +52,17 @@ const (
 	// command after a network error (MaxRetries), and the first send may
 	// have run: the resend then counts for us instead of blocking itself.
 	// Setting the key again resets its ttl from this attempt's start, which
-	// is the start the expiration is counted from.
+	// is the start the expiration is counted from. A node where another
+	// value holds a key answers {0, the first such value's first 16 bytes}
+	// (Reply.Holder), instead of 0: an attempt that took some nodes and
+	// not a quorum tells by them whether another lock may hold one.
 	acquireSrc = `
 local held = false
 for _, key in ipairs(KEYS) do
   local v = redis.call("get", key)
-  if v and v ~= ARGV[1] and v ~= "` + Tombstone + `" then` + writerWaits + `held = true end
+  if v and v ~= ARGV[1] and v ~= "` + Tombstone + `" then` + writerWaits + `held = held or v end
 end
-if held then return 0 end
+if held then return {0, string.sub(held, 1, ` + holderLen + `)} end
 for _, key in ipairs(KEYS) do
   redis.call("set", key, ARGV[1], "PX", ARGV[2])
 end
@@ -306,6 +309,9 @@ type Script struct {
 	// Restores: an extension, which answers -n where it wrote back keys
 	// the node had lost (Reply.Restored).
 	Restores bool
+	// Holders: an acquire that answers, where another value holds a key,
+	// {0, that value's start} (Reply.Holder) instead of 0.
+	Holders bool
 
 	hashArg atomic.Pointer[any] // Hash boxed, made on first use (HashArg)
 }
@@ -337,7 +343,7 @@ const probeSrc = `return 1`
 // The scripts.
 var (
 	Probe          = newScript(probeSrc)
-	Acquire        = newScript(acquireSrc)
+	Acquire        = &Script{Src: acquireSrc, Hash: newScript(acquireSrc).Hash, Holders: true}
 	Extend         = &Script{Src: extendSrc, Hash: newScript(extendSrc).Hash, Restores: true}
 	ExtendMany     = newScript(extendManySrc)
 	Release        = newScript(releaseSrc)
@@ -360,7 +366,17 @@ type Reply struct {
 	// NoRoom: a semaphore's acquire found every permit of a resource
 	// taken (Picks scripts).
 	NoRoom bool
+	// Holder: a Holders script that applied to none, the first
+	// HolderLen bytes of the value it found holding a key.
+	Holder string
 }
+
+// HolderLen is how much of a holding value Reply.Holder has: of a value of
+// this library's, the start of its random part (two locks' values differ
+// there but for a chance of 2^-64).
+const HolderLen = 16
+
+const holderLen = "16" // HolderLen, in the scripts' source
 
 // Full reports whether the script applied to every resource, and (an
 // extension) the node still held every one.
@@ -411,6 +427,14 @@ func (s *Script) Read(res any, resources int) (Reply, error) {
 			r.Picks = string(b)
 		}
 		res = a[0]
+	}
+	if a, ok := res.([]any); ok && s.Holders && len(a) == 2 {
+		h, ok := a[1].(string)
+		if n, _ := a[0].(int64); n != 0 || !ok || len(h) > HolderLen {
+			return r, &UnexpectedError{res}
+		}
+		r.Holder = h
+		return r, nil
 	}
 	n, ok := res.(int64)
 	if !ok {

@@ -47,10 +47,11 @@ func TestScripts(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, r.Full(), "our own value does not block a retry")
 	r, _ = run(t, c, Acquire, keys, "v2", 1000)
-	assert.Equal(t, Reply{Applied: 0, Resources: 2}, r, "another value does")
-	require.NoError(t, c.Set(ctx, "c", "other", 0).Err())
-	r, _ = run(t, c, Acquire, []string{"c", "d"}, "v3", 1000)
+	assert.Equal(t, Reply{Applied: 0, Resources: 2, Holder: "v1"}, r, "another value does, and the node says which")
+	require.NoError(t, c.Set(ctx, "c", "0123456789abcdef-and-more", 0).Err())
+	r, _ = run(t, c, Acquire, []string{"d", "c"}, "v3", 1000)
 	assert.False(t, r.Full())
+	assert.Equal(t, "0123456789abcdef", r.Holder, "the holder's first HolderLen bytes")
 	assert.Zero(t, c.Exists(ctx, "d").Val(), "all or nothing")
 
 	r, _ = run(t, c, Extend, keys, "v1", 5000)
@@ -117,8 +118,17 @@ func TestRead(t *testing.T) {
 	r, err = WriteBack.Read(int64(2), 2)
 	require.NoError(t, err)
 	assert.True(t, r.Full())
-	_, err = Acquire.Read("OK", 1)
+	_, err = Release.Read("OK", 1)
 	assert.EqualError(t, err, "redlock: unexpected result of type string returned from redis")
+	_, err = Acquire.Read("OK", 1)
+	assert.ErrorAs(t, err, new(*UnexpectedError))
+	r, err = Acquire.Read([]any{int64(0), "0123456789abcdef"}, 1)
+	require.NoError(t, err)
+	assert.Equal(t, Reply{Resources: 1, Holder: "0123456789abcdef"}, r, "an acquire's refusal names the holder")
+	for _, bad := range []any{[]any{int64(0), "0123456789abcdef0"}, []any{int64(1), "a"}, []any{int64(0), int64(1)}} {
+		_, err = Acquire.Read(bad, 1)
+		assert.ErrorAs(t, err, new(*UnexpectedError), "%#v", bad)
+	}
 	assert.NotEqual(t, Release.Hash, ReleaseSharded.Hash)
 }
 

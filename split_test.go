@@ -1,0 +1,105 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+)
+
+// Three processes that want one free resource at once, each near a node of
+// its own (its calls to the other two take 30 ms more), split the three
+// nodes between them in their first attempt: each takes its own node, and
+// finds the other two held. Each then releases what it wrote, announcing
+// nothing. With a retry delay of 10 s and no release to wake them, they all
+// slept that delay with the resource free. A call whose attempt split the
+// nodes now retries after a short random pause (see WithRetryDelay), so one
+// of them takes the lock at once, and its release wakes the others.
+func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	var splits atomic.Int32
+	obs := redlock.WithObserver(&redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
+		if a.Op == redlock.OpAcquire && !a.Won && len(a.Stats.VotesFor) > 0 {
+			splits.Add(1)
+		}
+	}})
+	rls := make([]*redlock.Redlock, 3)
+	for k := range rls {
+		rl, mine := ownRedlock(t, f, ownProxies, redlock.WithNodeTimeout(time.Second))
+		warm(t, rl)
+		for j, px := range mine.proxies {
+			if j != k {
+				px.SetLatency(30*time.Millisecond, 0)
+			}
+		}
+		rls[k] = rl
+	}
+	const key = "{redlock}split"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 3)
+	errs := make([]error, 3)
+	for k, rl := range rls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			began := time.Now()
+			l, err := rl.Acquire(ctx, []string{key}, 10*time.Second, redlock.WithRetryCount(-1),
+				redlock.WithRetryDelay(10*time.Second), redlock.WithRetryJitter(0), obs)
+			took[k], errs[k] = time.Since(began), err
+			if err == nil {
+				_, err = l.Release(context.Background())
+				errs[k] = err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("attempts that split the nodes: %d; each call took %v", splits.Load(), took)
+	for k, err := range errs {
+		// Each holds the lock in turn, far within one retry delay (each
+		// release wakes the others).
+		require.NoError(t, err, "process %d: with the resource free, no call may sleep its 10 s retry delay (took %v)", k, took[k])
+	}
+}
+
+// The short pause is for a split that no one may hold: where one value
+// holds the resource on a quorum (a lock that a node it never reached does
+// not know of), the call waits its retry delays for that lock's release;
+// where two values, neither on a quorum, hold it with a free node left (no
+// lock can be taken there until one goes), its retries come at once and
+// the call fails long before its retry delays would have passed. Each
+// counts against WithRetryCount.
+func TestShortPauseOnlyWhereNoOneMayHoldAQuorum(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	f.Set(t, 1, "{redlock}rival", "aaaaaaaaaaaaaaaa-holder", 0)
+	f.Set(t, 2, "{redlock}rival", "aaaaaaaaaaaaaaaa-holder", 0)
+	const delay = 300 * time.Millisecond
+	began := time.Now()
+	_, err := f.rl.Acquire(context.Background(), []string{"{redlock}rival"}, time.Minute,
+		redlock.WithRetryCount(2), redlock.WithRetryDelay(delay), redlock.WithRetryJitter(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	require.GreaterOrEqual(t, time.Since(began), 2*delay, "a lock on a quorum: two whole retry delays")
+
+	f.Set(t, 1, "{redlock}split", "aaaaaaaaaaaaaaaa-one", 0)
+	f.Set(t, 2, "{redlock}split", "bbbbbbbbbbbbbbbb-two", 0)
+	began = time.Now()
+	_, err = f.rl.Acquire(context.Background(), []string{"{redlock}split"}, time.Minute,
+		redlock.WithRetryCount(4), redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+	require.ErrorIs(t, err, redlock.ErrResourceLocked)
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 5, "each short pause counts as a retry")
+	require.Less(t, time.Since(began), time.Minute, "no one may hold a quorum: no retry delay of an hour")
+	f.gone(t, 0, "{redlock}split")
+}
