@@ -211,15 +211,22 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	}
 }
 
+// unsent is the vote of a node whose call was not sent because the
+// attempt had failed: its answer is not known (see rest).
+var unsent = &NodeError{Err: errors.New("not sent: the attempt had failed")}
+
 // rest returns the votes of the nodes that had not voted when the attempt
 // was decided (counted were), as they come until every node has voted
-// (all), until passes, or the caller's ctx ends.
+// (all), until passes, or the caller's ctx ends; or until a node's call is
+// not sent, as the attempt had failed (not all).
 func (as *attemptState) rest(counted int, until time.Time) (late []vote, all bool) {
 	var t *time.Timer
 	for counted+len(late) < len(as.nodes) {
 		select {
 		case i := <-as.votes:
-			late = append(late, as.nodes[i].vote(i))
+			if late = append(late, as.nodes[i].vote(i)); late[len(late)-1].err == unsent {
+				return late, false
+			}
 			continue
 		default:
 		}
@@ -233,7 +240,9 @@ func (as *attemptState) rest(counted int, until time.Time) (late []vote, all boo
 		}
 		select {
 		case i := <-as.votes:
-			late = append(late, as.nodes[i].vote(i))
+			if late = append(late, as.nodes[i].vote(i)); late[len(late)-1].err == unsent {
+				return late, false
+			}
 		case <-t.C:
 			return late, false
 		case <-as.ctx.Done():
@@ -532,7 +541,12 @@ func (as *attemptState) sending(i int) bool {
 	}
 	switch out := as.outcome.Load(); {
 	case as.cleanup != nil && as.cleanup.failed.Load(), out == attemptLost:
-		nc.voted.Store(true) // nobody waits for this vote any more
+		// Nobody counts this vote any more: it is only told to rest,
+		// unreported.
+		if nc.voted.CompareAndSwap(false, true) {
+			nc.vErr = unsent
+			as.votes <- i
+		}
 		as.skip(i)
 		return false
 	case out == attemptWon:

@@ -180,7 +180,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 			// slept the retry delay, 100-300 ms, to learn it).
 			return c.fail(p, &ExecutionError{reason: errReleaseStarted.Error(), sentinel: ErrLockExpired})
 		}
-		s := c.pause(p, st, c.splitFree(p, st, as), retriesLeft(cfg, i))
+		s := c.pause(p, st, as, retriesLeft(cfg, i))
 		if !s.alive {
 			e := *c.last
 			e.ctxErr = ctx.Err()
@@ -311,12 +311,14 @@ func (c *run) verdict(p *plan, st ExecutionStats, as *attemptState) *ExecutionEr
 }
 
 // pause waits between attempts: the retry delay, or until a release wakes
-// the call, after the failed attempt st; a short random pause when quick
-// (see splitFree).
-func (c *run) pause(p *plan, st ExecutionStats, quick bool, left int) slept {
+// the call, after the failed attempt st (as); a short random pause after a
+// split that no one holds (see splitFree).
+func (c *run) pause(p *plan, st ExecutionStats, as *attemptState, left int) slept {
 	if c.wt == nil && c.waits {
 		c.wt = c.r.wake.Join(p.res, false, p.tag(), p.waiterID(), maxDelay(c.cfg))
 	}
+	paused := time.Now()
+	quick := c.splitFree(p, st, as) // may wait for the attempt's last answers: joined first, a release meanwhile wakes it
 	// split: the attempt got some votes for, yet no quorum (another waiter
 	// took the rest); denied: open breakers kept it from nodes.
 	split, denied := len(st.VotesFor) > 0, notSent(st)
@@ -325,7 +327,6 @@ func (c *run) pause(p *plan, st ExecutionStats, quick bool, left int) slept {
 	// again should wake it (it did not hear from one).
 	c.r.wake.Tried(c.wt, p.contended != nil && c.last != nil && c.last.sentinel == p.contended, missed(st))
 	var s slept
-	paused := time.Now()
 	d, spread := p.hook().pause(retryDelay(c.cfg))
 	// A wake whose attempt met open breakers (nodes not asked) carries
 	// over: the next attempt goes when they let a call through again.
@@ -340,7 +341,7 @@ func (c *run) pause(p *plan, st ExecutionStats, quick bool, left int) slept {
 	// so no wake would come while the resource is free.
 	if quick {
 		c.splits++
-		d = min(d, splitPause(time.Since(st.Start), c.splits))
+		d = min(d, splitPause(paused.Sub(st.Start), c.splits))
 	} else {
 		c.splits = 0
 	}
@@ -468,7 +469,9 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 // for them until the attempt's deadline, when what was counted leaves the
 // question open.
 func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
-	if !p.freshValue || as == nil {
+	if !p.freshValue || as == nil || len(p.res) != 1 {
+		// Of several resources, a node names the holder of the first
+		// it found held: another may hold the rest on a quorum.
 		return false
 	}
 	fors := len(st.VotesFor)

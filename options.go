@@ -164,8 +164,8 @@ func WithRetryCount(n int) CallOption {
 // WithRetryDelay sets the base delay between two attempts, at most 24h.
 // Default: 200ms.
 //
-// An Acquire whose attempt split the nodes with others (it took some, and
-// each of the others named a holder, none of them on a quorum) pauses less:
+// An Acquire of one resource whose attempt split the nodes with others (it
+// took some, and each other node named a holder, none on a quorum) pauses less:
 // a random time up to twice the attempt's, doubled for each such split in a
 // row, at most the delay. Every contender releases what it wrote without
 // announcing it, so no release would wake them while the resource is free.

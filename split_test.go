@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,4 +103,64 @@ func TestShortPauseOnlyWhereNoOneMayHoldAQuorum(t *testing.T) {
 	require.Len(t, ee.Attempts, 5, "each short pause counts as a retry")
 	require.Less(t, time.Since(began), time.Minute, "no one may hold a quorum: no retry delay of an hour")
 	f.gone(t, 0, "{redlock}split")
+}
+
+// A failed attempt's call that its node's lane had not sent yet is dropped,
+// and votes nothing: the wait for the attempt's last answers (to tell a
+// split) must not wait for it. Here node 4 is 40 ms away and its lane busy
+// with another key's locks, nodes 1 to 4 held by four other values: each
+// attempt split, and waited a node timeout (1 s) for a vote that never came
+// (3.06 s for 3 retries of 20 ms, against 62 ms before the split pause).
+func TestSplitPauseDoesNotWaitForACallNeverSent(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5, redlock.WithNodeTimeout(time.Second))
+	const key = "{redlock}unsent"
+	for i := 1; i < 5; i++ {
+		f.Set(t, i, key, fmt.Sprintf("%016d-other", i), 0)
+	}
+	f.Proxies[4].SetLatency(40*time.Millisecond, 0)
+	ctx, stop := context.WithCancel(context.Background())
+	var busy sync.WaitGroup
+	busy.Add(1)
+	go func() { // keeps node 4's lane sending
+		defer busy.Done()
+		for ctx.Err() == nil {
+			if l, err := f.rl.Acquire(ctx, []string{"{redlock}busy"}, time.Minute); err == nil {
+				_, _ = l.Release(context.Background())
+			}
+		}
+	}()
+	defer func() { stop(); busy.Wait() }()
+	for range 3 {
+		began := time.Now()
+		_, err := f.rl.Acquire(context.Background(), []string{key}, time.Minute,
+			redlock.WithRetryCount(3), redlock.WithRetryDelay(20*time.Millisecond), redlock.WithRetryJitter(0))
+		require.ErrorIs(t, err, redlock.ErrResourceLocked)
+		require.Less(t, time.Since(began), time.Second, "4 attempts 40 ms away and 3 pauses of at most 20 ms: no node timeout waited")
+	}
+}
+
+// Of several resources, a node names the holder of the first it finds
+// held, and another lock may hold the others on a quorum: no short pause.
+// Here lock X holds B on nodes 1 and 2, a stale value A on node 1: an
+// Acquire of [A, B] took its 4 attempts within 8 ms and gave up; it waits
+// for X's release, and gets the lock.
+func TestNoSplitPauseForSeveralResources(t *testing.T) {
+	t.Parallel()
+	f := newNodes(t, 3)
+	other, _ := ownRedlock(t, f, direct)
+	const a, b = "{redlock}many-a", "{redlock}many-b"
+	x, err := other.Acquire(context.Background(), []string{b}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, f.Peek[0].Del(context.Background(), b).Err())
+	f.Set(t, 1, a, "0123456789abcdef-stale", 0)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		_, _ = x.Release(context.Background())
+	}()
+	l, err := f.rl.Acquire(context.Background(), []string{a, b}, time.Minute,
+		redlock.WithRetryCount(3), redlock.WithRetryDelay(time.Second), redlock.WithRetryJitter(0))
+	require.NoError(t, err, "X's release wakes it")
+	_, err = l.Release(context.Background())
+	require.NoError(t, err)
 }
