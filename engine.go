@@ -460,55 +460,52 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 	}
 }
 
-// splitFree reports whether the failed attempt st (as) split the nodes
-// with others' and no one holds a quorum: every node answered, some for
-// and the others naming who holds the resources, none of them on a quorum
-// of nodes. (A lock that holds a quorum announces its release: its waiters
-// wait for that, even when a node it never reached was free.) The nodes
-// that had not answered when the attempt was decided count too: it waits
-// for them until the attempt's deadline, when what was counted leaves the
-// question open.
+// splitFree reports whether the failed attempt st (as) of one resource
+// split the nodes with others' and no one may hold a quorum: some nodes
+// voted for it, and no value that the others named, nor one on the nodes
+// that did not say (an error, no answer), can hold q of them. (A lock that
+// holds a quorum announces its release: its waiters wait for that, even
+// when a node it never reached was free.) The nodes that had not answered
+// when the attempt was decided count too: it waits for them until the
+// attempt's deadline, or a call its lane dropped unsent.
 func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
 	if !p.freshValue || as == nil || len(p.res) != 1 {
 		// Of several resources, a node names the holder of the first
 		// it found held: another may hold the rest on a quorum.
 		return false
 	}
-	fors := len(st.VotesFor)
+	q, fors := c.r.needed(), len(st.VotesFor)
 	var seen [8]string
 	holders := seen[:0]
-	add := func(err error) bool {
+	named := func(err error) {
 		var le *ResourceLockedError
-		if !errors.As(err, &le) || le.holder == "" || strings.HasPrefix(le.holder, script.MarkPrefix) {
-			// An error, a script that does not name holders, or one of
-			// this library's marks: not known.
-			return false
+		// An error, a script that does not name holders, or one of this
+		// library's marks: not known (counted below).
+		if errors.As(err, &le) && le.holder != "" && !strings.HasPrefix(le.holder, script.MarkPrefix) {
+			holders = append(holders, le.holder)
 		}
-		holders = append(holders, le.holder)
-		return true
 	}
 	for _, v := range st.VotesAgainst {
-		if !add(v.Err) {
-			return false
-		}
+		named(v.Err)
 	}
-	if !rivalsBelow(holders, c.r.needed()) {
-		return false // a lock holds a quorum already
+	if fors == 0 && len(st.VotesAgainst) == len(as.nodes) || !rivalsBelow(holders, q, 0) {
+		return false // every node voted against; or a lock holds a quorum already
 	}
-	late, all := as.rest(fors+len(holders), as.deadline)
+	late, _ := as.rest(fors+len(st.VotesAgainst), as.deadline)
 	for _, v := range late {
 		if v.err == nil {
 			fors++
-		} else if !add(v.err) {
-			return false
+		} else {
+			named(v.err)
 		}
 	}
-	return all && fors > 0 && rivalsBelow(holders, c.r.needed())
+	unknown := len(as.nodes) - fors - len(holders)
+	return fors > 0 && unknown < q && rivalsBelow(holders, q, unknown)
 }
 
 // rivalsBelow reports whether no value among holders (one entry per node
-// that named it) holds q nodes.
-func rivalsBelow(holders []string, q int) bool {
+// that named it) may hold q nodes, when it may hold unknown more.
+func rivalsBelow(holders []string, q, unknown int) bool {
 	for i, h := range holders {
 		n := 0
 		for _, o := range holders[i:] {
@@ -516,7 +513,7 @@ func rivalsBelow(holders []string, q int) bool {
 				n++
 			}
 		}
-		if n >= q {
+		if n+unknown >= q {
 			return false
 		}
 	}

@@ -165,7 +165,8 @@ func WithRetryCount(n int) CallOption {
 // Default: 200ms.
 //
 // An Acquire of one resource whose attempt split the nodes with others (it
-// took some, and each other node named a holder, none on a quorum) pauses less:
+// took some, and no value the other nodes named could hold a quorum, a
+// node that did not answer counting as anyone's) pauses less:
 // a random time up to twice the attempt's, doubled for each such split in a
 // row, at most the delay. Every contender releases what it wrote without
 // announcing it, so no release would wake them while the resource is free.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // Three processes that want one free resource at once, each near a node of
@@ -163,4 +164,36 @@ func TestNoSplitPauseForSeveralResources(t *testing.T) {
 	require.NoError(t, err, "X's release wakes it")
 	_, err = l.Release(context.Background())
 	require.NoError(t, err)
+}
+
+// A node that does not answer may hold anyone's value, yet on 5 nodes one
+// such node cannot make a quorum (3) for any value the others named once:
+// the split pauses short. On 3 nodes it can (2): the call waits its retry
+// delay, which a release's announcement would end.
+func TestSplitPauseWithASilentNode(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5)
+	const key = "{redlock}silent"
+	for i := 1; i < 4; i++ {
+		f.Set(t, i, key, fmt.Sprintf("%016d-other", i), 0)
+	}
+	f.Proxies[4].Set(redistest.Partition)
+	began := time.Now()
+	_, err := f.rl.Acquire(context.Background(), []string{key}, time.Minute,
+		redlock.WithRetryCount(3), redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+	require.Error(t, err)
+	require.Less(t, time.Since(began), time.Minute, "5 nodes, 1 silent: no retry delay of an hour")
+	f.gone(t, 0, key)
+
+	g := newProxied(t, 3)
+	g.Set(t, 1, key, "0000000000000001-other", 0)
+	g.Proxies[2].Set(redistest.Partition)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = g.rl.Acquire(ctx, []string{key}, time.Minute,
+		redlock.WithRetryCount(3), redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "3 nodes, 1 silent: it may hold the other value's quorum")
+	var ee *redlock.ExecutionError
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 1, "one attempt, then its retry delay")
 }
