@@ -518,3 +518,36 @@ func TestSplitPauseIsBoundedAndGrows(t *testing.T) {
 	require.Less(t, splitPause(0, 1), time.Millisecond)
 	require.LessOrEqual(t, splitPause(time.Hour, 60), time.Hour) // no overflow
 }
+
+// A node that does not answer may hold anyone's value, yet on 5 nodes one
+// such node cannot make a quorum (3) for any value the others named once:
+// the split pauses short. On 3 nodes it can (2): the call waits its retry
+// delay, which a release's announcement would end. (Fakes: the holders
+// answer 100 ms after the free node, so that the free node's vote is in
+// before the attempt is decided, whatever the machine's load.)
+func TestSplitPauseWithASilentNode(t *testing.T) {
+	t.Parallel()
+	holder := func(v string) *redistest.Fake {
+		return &redistest.Fake{Result: []any{int64(0), v}, Delay: 100 * time.Millisecond}
+	}
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	rl := newFake(t, []*redistest.Fake{{Result: int64(1)}, holder("0000000000000001"), holder("0000000000000002"),
+		holder("0000000000000003"), {Hang: hang}}, WithNodeTimeout(time.Second))
+	began := time.Now()
+	_, err := rl.Acquire(context.Background(), []string{"k"}, time.Minute, WithRetryCount(3), WithRetryDelay(time.Hour), WithRetryJitter(0))
+	var ee *ExecutionError
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 4)
+	require.Less(t, time.Since(began), time.Minute, "5 nodes, 1 silent: no retry delay of an hour")
+
+	hang3 := make(chan struct{})
+	t.Cleanup(func() { close(hang3) })
+	rl3 := newFake(t, []*redistest.Fake{{Result: int64(1)}, holder("0000000000000001"), {Hang: hang3}}, WithNodeTimeout(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = rl3.Acquire(ctx, []string{"k"}, time.Minute, WithRetryCount(3), WithRetryDelay(time.Hour), WithRetryJitter(0))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "3 nodes, 1 silent: it may hold the other value's quorum")
+	require.ErrorAs(t, err, &ee)
+	require.Len(t, ee.Attempts, 1, "one attempt, then its retry delay")
+}

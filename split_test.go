@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // Three processes that want one free resource at once, each near a node of
@@ -21,9 +20,28 @@ import (
 // nothing. With a retry delay of 10 s and no release to wake them, they all
 // slept that delay with the resource free. A call whose attempt split the
 // nodes now retries after a short random pause (see WithRetryDelay), so one
-// of them takes the lock at once, and its release wakes the others.
+// of them takes the lock at once, and its release wakes the others. With
+// several calls a process, a call that took no node (its own process's
+// others did) pauses short too, and one that split does not wait behind
+// its process's first waiter (whose wait is for a release): 2 of 6 runs of
+// 3 x 3 calls stalled so (helper-27: 4 of 6 of 3-8 processes, node 2 slower).
 func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		processes, calls int
+		slow             time.Duration // node 2's more
+	}{{3, 1, 0}, {3, 3, 0}, {6, 2, 0}, {5, 3, 40 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("%d processes, %d calls each, node 2 %v further", tc.processes, tc.calls, tc.slow), func(t *testing.T) {
+			t.Parallel()
+			splitContenders(t, tc.processes, tc.calls, tc.slow)
+		})
+	}
+}
+
+// splitContenders runs calls Acquires in each of processes near a node
+// each (process k near node k mod 3, node 2 slow further from all), and checks that each gets the lock in turn within 4 s (a retry delay is
+// 10 s).
+func splitContenders(t *testing.T, processes, calls int, slow time.Duration) {
 	f := newNodes(t, 3)
 	var splits atomic.Int32
 	obs := redlock.WithObserver(&redlock.Observer{Attempt: func(a redlock.AttemptInfo) {
@@ -31,14 +49,19 @@ func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
 			splits.Add(1)
 		}
 	}})
-	rls := make([]*redlock.Redlock, 3)
+	rls := make([]*redlock.Redlock, processes)
 	for k := range rls {
 		rl, mine := ownRedlock(t, f, ownProxies, redlock.WithNodeTimeout(time.Second))
 		warm(t, rl)
 		for j, px := range mine.proxies {
-			if j != k {
-				px.SetLatency(30*time.Millisecond, 0)
+			var d time.Duration
+			if j != k%3 {
+				d = 30 * time.Millisecond
 			}
+			if j == 2 {
+				d += slow
+			}
+			px.SetLatency(d, 0)
 		}
 		rls[k] = rl
 	}
@@ -47,9 +70,10 @@ func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
 	defer cancel()
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	took := make([]time.Duration, 3)
-	errs := make([]error, 3)
-	for k, rl := range rls {
+	took := make([]time.Duration, processes*calls)
+	errs := make([]error, processes*calls)
+	for k := range processes * calls {
+		rl := rls[k%processes]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -70,7 +94,7 @@ func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
 	for k, err := range errs {
 		// Each holds the lock in turn, far within one retry delay (each
 		// release wakes the others).
-		require.NoError(t, err, "process %d: with the resource free, no call may sleep its 10 s retry delay (took %v)", k, took[k])
+		require.NoError(t, err, "call %d: with the resource free, no call may sleep its 10 s retry delay (took %v)", k, took[k])
 	}
 }
 
@@ -164,36 +188,4 @@ func TestNoSplitPauseForSeveralResources(t *testing.T) {
 	require.NoError(t, err, "X's release wakes it")
 	_, err = l.Release(context.Background())
 	require.NoError(t, err)
-}
-
-// A node that does not answer may hold anyone's value, yet on 5 nodes one
-// such node cannot make a quorum (3) for any value the others named once:
-// the split pauses short. On 3 nodes it can (2): the call waits its retry
-// delay, which a release's announcement would end.
-func TestSplitPauseWithASilentNode(t *testing.T) {
-	t.Parallel()
-	f := newProxied(t, 5)
-	const key = "{redlock}silent"
-	for i := 1; i < 4; i++ {
-		f.Set(t, i, key, fmt.Sprintf("%016d-other", i), 0)
-	}
-	f.Proxies[4].Set(redistest.Partition)
-	began := time.Now()
-	_, err := f.rl.Acquire(context.Background(), []string{key}, time.Minute,
-		redlock.WithRetryCount(3), redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
-	require.Error(t, err)
-	require.Less(t, time.Since(began), time.Minute, "5 nodes, 1 silent: no retry delay of an hour")
-	f.gone(t, 0, key)
-
-	g := newProxied(t, 3)
-	g.Set(t, 1, key, "0000000000000001-other", 0)
-	g.Proxies[2].Set(redistest.Partition)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err = g.rl.Acquire(ctx, []string{key}, time.Minute,
-		redlock.WithRetryCount(3), redlock.WithRetryDelay(time.Hour), redlock.WithRetryJitter(0))
-	require.ErrorIs(t, err, context.DeadlineExceeded, "3 nodes, 1 silent: it may hold the other value's quorum")
-	var ee *redlock.ExecutionError
-	require.ErrorAs(t, err, &ee)
-	require.Len(t, ee.Attempts, 1, "one attempt, then its retry delay")
 }
