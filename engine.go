@@ -465,11 +465,11 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 }
 
 // splitFree reports whether the failed attempt st (as) of one resource
-// found the nodes split between contenders, itself or others, and no one
-// may hold a quorum: no value that the nodes named, nor one on the nodes
+// split the nodes with others' and no one may hold a quorum: some nodes
+// voted for it, and no value that the others named, nor one on the nodes
 // that did not say (an error, no answer), can hold q of them. (A contender
-// that took no node, between others that split the rest, waits for no
-// release either: they all release what they wrote unannounced.) (A lock that
+// that took no node waits: one that split tries again soon, and its
+// release wakes it. Its trying too cost the herd a node command a grant.) (A lock that
 // holds a quorum announces its release: its waiters wait for that, even
 // when a node it never reached was free.) The nodes that had not answered
 // when the attempt was decided count too: it waits for them until the
@@ -494,8 +494,8 @@ func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
 	for _, v := range st.VotesAgainst {
 		named(v.Err)
 	}
-	if !rivalsBelow(holders, q, 0) {
-		return false // a lock holds a quorum already
+	if fors == 0 && len(st.VotesAgainst) == len(as.nodes) || !rivalsBelow(holders, q, 0) {
+		return false // every node voted against; or a lock holds a quorum already
 	}
 	late, _ := as.rest(fors+len(st.VotesAgainst), as.deadline)
 	for _, v := range late {
@@ -506,7 +506,7 @@ func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
 		}
 	}
 	unknown := len(as.nodes) - fors - len(holders)
-	return unknown < q && rivalsBelow(holders, q, unknown)
+	return fors > 0 && unknown < q && rivalsBelow(holders, q, unknown)
 }
 
 // rivalsBelow reports whether no value among holders (one entry per node

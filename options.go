@@ -164,10 +164,10 @@ func WithRetryCount(n int) CallOption {
 // WithRetryDelay sets the base delay between two attempts, at most 24h.
 // Default: 200ms.
 //
-// An Acquire of one resource whose attempt found the nodes split between
-// contenders (no value the nodes named could hold a quorum, a node that did
-// not answer counting as anyone's) pauses less, and not behind another
-// waiter of its Redlock:
+// An Acquire of one resource whose attempt split the nodes with others (it
+// took some, and no value the other nodes named could hold a quorum, a
+// node that did not answer counting as anyone's) pauses less, and not
+// behind another waiter of its Redlock:
 // a random time up to twice the attempt's, doubled for each such split in a
 // row, at most the delay. Every contender releases what it wrote without
 // announcing it, so no release would wake them while the resource is free.

@@ -21,10 +21,9 @@ import (
 // slept that delay with the resource free. A call whose attempt split the
 // nodes now retries after a short random pause (see WithRetryDelay), so one
 // of them takes the lock at once, and its release wakes the others. With
-// several calls a process, a call that took no node (its own process's
-// others did) pauses short too, and one that split does not wait behind
-// its process's first waiter (whose wait is for a release): 2 of 6 runs of
-// 3 x 3 calls stalled so (helper-27: 4 of 6 of 3-8 processes, node 2 slower).
+// several calls a process, one that split does not wait behind its
+// process's first waiter (whose wait is for a release): 2 of 6 runs of 3 x
+// 3 calls stalled so (helper-27: 4 of 6 of 3-8 processes, node 2 slower).
 func TestContendersThatSplitTheNodesTryAgainSoon(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
