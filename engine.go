@@ -338,7 +338,8 @@ func (c *run) pause(p *plan, st ExecutionStats, as *attemptState, left int) slep
 	// An attempt that split the nodes with others' (each took some, none
 	// a quorum) is followed by a short random pause, whatever the retry
 	// delay: every contender releases what it wrote without announcing it,
-	// so no wake would come while the resource is free.
+	// so no wake would come while the resource is free. It counts as a
+	// retry.
 	if quick {
 		c.splits++
 		d = min(d, splitPause(paused.Sub(st.Start), c.splits))
@@ -467,13 +468,13 @@ func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sle
 // splitFree reports whether the failed attempt st (as) of one resource
 // split the nodes with others' and no one may hold a quorum: some nodes
 // voted for it, and no value that the others named, nor one on the nodes
-// that did not say (an error, no answer), can hold q of them. (A contender
-// that took no node waits: one that split tries again soon, and its
-// release wakes it. Its trying too cost the herd a node command a grant.) (A lock that
-// holds a quorum announces its release: its waiters wait for that, even
-// when a node it never reached was free.) The nodes that had not answered
-// when the attempt was decided count too: it waits for them until the
-// attempt's deadline, or a call its lane dropped unsent.
+// that did not say (an error, no answer), can hold q of them. A lock that
+// holds a quorum announces its release, even when a node it never reached
+// was free: its waiters wait for that. So does a contender that took no
+// node: one that split tries again soon, and its release wakes the rest.
+// The nodes that had not answered when the attempt was decided count too:
+// it waits for them until the attempt's deadline, or a call its lane
+// dropped unsent.
 func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
 	if !p.freshValue || as == nil || len(p.res) != 1 {
 		// Of several resources, a node names the holder of the first
