@@ -482,21 +482,23 @@ func (c *run) splitFree(p *plan, st ExecutionStats, as *attemptState) bool {
 		return false
 	}
 	q, fors := c.r.needed(), len(st.VotesFor)
+	if fors == 0 && len(st.VotesAgainst) == len(as.nodes) {
+		return false // every node voted against
+	}
 	var seen [8]string
 	holders := seen[:0]
-	named := func(err error) {
-		var le *ResourceLockedError
+	named := func(v *NodeError) {
 		// An error, a script that does not name holders, or one of this
 		// library's marks: not known (counted below).
-		if errors.As(err, &le) && le.holder != "" && !strings.HasPrefix(le.holder, script.MarkPrefix) {
+		if le, ok := v.Err.(*ResourceLockedError); ok && le.holder != "" && !strings.HasPrefix(le.holder, script.MarkPrefix) {
 			holders = append(holders, le.holder)
 		}
 	}
 	for _, v := range st.VotesAgainst {
-		named(v.Err)
+		named(v)
 	}
-	if fors == 0 && len(st.VotesAgainst) == len(as.nodes) || !rivalsBelow(holders, q, 0) {
-		return false // every node voted against; or a lock holds a quorum already
+	if !rivalsBelow(holders, q, 0) {
+		return false // a lock holds a quorum already
 	}
 	late, _ := as.rest(fors+len(st.VotesAgainst), as.deadline)
 	for _, v := range late {

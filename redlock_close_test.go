@@ -298,17 +298,15 @@ func TestCloseEndsAWaitingAcquire(t *testing.T) {
 func TestCloseWithASubscriptionReconnectingToASilentNode(t *testing.T) {
 	t.Parallel()
 	p := newProxied(t, 3)
-	_, err := p.rl.Acquire(context.Background(), []string{"reconnecting"}, 10*time.Second)
+	lock, err := p.rl.Acquire(context.Background(), []string{"reconnecting"}, 10*time.Second)
 	require.NoError(t, err)
 	listening(t, p.rl, 3)
 	// Acquire returns at a quorum: a write still on its way to node 0
 	// when the proxy cuts it is sent again by go-redis on a new
 	// connection, which the wait below would take for the subscription's
-	// (twice under the whole -race suite: Close then had nothing to wait
-	// for, and returned nil).
-	require.Eventually(t, func() bool { return p.Get(t, 0, "reconnecting") != "" }, 10*time.Second, time.Millisecond,
-		"the acquire's write reached node 0")
-	time.Sleep(20 * time.Millisecond) // and its answer, which the node sent at once, came back
+	// (Close then had nothing to wait for, and returned nil).
+	settled(t, p, "reconnecting", lock.Value())
+	time.Sleep(20 * time.Millisecond) // and the node's answer, sent as it wrote, came back
 	px := p.Proxies[0]
 	px.Set(redistest.Partition)
 	before := px.Accepted()
