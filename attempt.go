@@ -105,6 +105,82 @@ type attemptState struct {
 	// ext is an extension's record of the nodes that lost the lock
 	// (plan.ext); nil for other operations.
 	ext *extension
+
+	// refs counts who may still read the state: the attempt's caller
+	// until it lets go (run.letGo), and each call a lane holds until its
+	// last word (see unref). At zero, the state goes back to states for
+	// the next attempt, unless kept.
+	refs atomic.Int32
+	// kept says it never goes back: a cleanup of it was sent, whose
+	// answer counts in its pending (see clean).
+	kept atomic.Bool
+}
+
+// states holds the attempts' states between attempts: an attempt's state,
+// its node calls and its votes channel are most of what an operation
+// allocates (issue 46). One goes back once nothing can read it any more
+// (see unref); one a lane may still read (a call of a round that went
+// silent, whose Silent may come with its Done, or after) never does, and
+// is left to the garbage collector.
+var states sync.Pool
+
+// poisonStates, set by the tests, marks every other state that would go
+// back to states as released instead, so that a call's handler that reads
+// it afterwards panics: the suite then shows that nothing reads a state
+// after its last reference was let go, while the others are reused.
+var poisonStates atomic.Bool
+
+// poisoned and reused count the states let go with poisonStates set, and
+// the states put back in states.
+var poisoned, reused atomic.Int64
+
+// newAttemptState returns a cleared state for n nodes, holding one
+// reference (the caller's).
+func newAttemptState(n int) *attemptState {
+	as, _ := states.Get().(*attemptState)
+	if as == nil || cap(as.nodes) < n || cap(as.votes) < n {
+		as = &attemptState{votes: make(chan int, n), nodes: make([]nodeCall, n)}
+	}
+	as.nodes = as.nodes[:n]
+	as.refs.Store(1)
+	return as
+}
+
+// unref lets go of one reference to as. The last one clears it and puts
+// it back in states, unless it is kept.
+func (as *attemptState) unref() {
+	switch left := as.refs.Add(-1); {
+	case left > 0:
+		return
+	case left < 0:
+		panic("redlock: an attempt's state let go more often than it was held")
+	case as.kept.Load():
+		return
+	}
+	if poisonStates.Load() && poisoned.Add(1)%2 == 1 {
+		as.refs.Store(released) // every other one: the rest are reused
+		return
+	}
+	reused.Add(1)
+	votes, nodes := as.votes, as.nodes[:cap(as.nodes)]
+	for len(votes) > 0 {
+		<-votes
+	}
+	clear(nodes)
+	*as = attemptState{votes: votes, nodes: nodes[:0]}
+	states.Put(as)
+}
+
+// released is the reference count of a state let go with poisonStates set.
+const released = -1 << 20
+
+// live panics when as was let go with poisonStates set: a handler read it
+// afterwards.
+func (as *attemptState) live() *attemptState {
+	if as.refs.Load() <= released/2 {
+		panic("redlock: an attempt's state read after it was let go")
+	}
+	return as
 }
 
 // extendMany runs several locks' extensions (script.Extend) in one call.
@@ -126,9 +202,9 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 			st.ReplicaAcks[i] = -1
 		}
 	}
-	as := &attemptState{q: q, cfg: cfg, op: p.op, ctx: ctx, keys: p.res, raises: p.raises, acked: p.acked, timeout: timeout, deadline: st.Start.Add(timeout),
-		votes: make(chan int, n), nodes: make([]nodeCall, n), deleted: deleted}
-	as.limit, as.abandon, as.ext = as.deadline, p.abandon, p.ext
+	as := newAttemptState(n)
+	as.q, as.cfg, as.op, as.ctx, as.keys, as.raises, as.acked, as.timeout, as.deadline = q, cfg, p.op, ctx, p.res, p.raises, p.acked, timeout, st.Start.Add(timeout)
+	as.deleted, as.limit, as.abandon, as.ext = deleted, as.deadline, p.abandon, p.ext
 	if p.ttl > 0 {
 		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
 	}
@@ -161,6 +237,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 		if s == script.Extend && ack == nil {
 			nc.Many = extendMany // due together on a node, extensions go in one script call
 		}
+		as.refs.Add(1) // the lane's, until the call's last word (see unref)
 		nd.Lane(p.res[0], p.acked).Submit(&nc.Call)
 	}
 
@@ -381,14 +458,30 @@ func (nc *nodeCall) vote(i int) vote {
 	return v
 }
 
-// Sendable implements lane.Handler: see attemptState.sending.
-func (nc *nodeCall) Sendable() bool { return nc.as.sending(nc.i) }
+// Sendable implements lane.Handler: see attemptState.sending. A call not
+// sent is the lane's no more.
+func (nc *nodeCall) Sendable() bool {
+	as := nc.as.live()
+	if as.sending(nc.i) {
+		return true
+	}
+	if nc.Kind == lane.Write {
+		as.unref()
+	}
+	return false
+}
 
 // Connecting implements lane.Connector: see attemptState.connecting.
-func (nc *nodeCall) Connecting() { nc.as.connecting(nc.i) }
+func (nc *nodeCall) Connecting() { nc.as.live().connecting(nc.i) }
 
-// Done implements lane.Handler: the node's answer is its vote.
+// Done implements lane.Handler: the node's answer is its vote. Unless the
+// call's round went silent (its Silent may still come), the lane is done
+// with it.
 func (nc *nodeCall) Done(r lane.Result) {
+	as := nc.as.live()
+	if !r.Late {
+		defer as.unref()
+	}
 	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
 	nc.counter, nc.choice = rep.Counter, rep.Picks
 	if x := nc.as.ext; x != nil {
@@ -406,7 +499,7 @@ func (nc *nodeCall) Done(r lane.Result) {
 // needs. A release sent again whose first run deleted every key stays a
 // success, whatever its second run says.
 func (nc *nodeCall) Silent(r lane.Result) {
-	if x := nc.as.ext; x != nil {
+	if x := nc.as.live().ext; x != nil {
 		x.silent(nc.i, nc.as.outcome.Load() == attemptWon)
 	}
 	if nc.as.op == OpRelease && r.First != nil {
@@ -420,7 +513,7 @@ func (nc *nodeCall) Silent(r lane.Result) {
 // Held implements lane.Handler: the copy of a release that got no reply,
 // sent again when the node answers; its delete counts for the Release.
 func (nc *nodeCall) Held() *lane.Call {
-	as := nc.as
+	as := nc.as.live()
 	rc := &releaseCall{s: nc.s, cfg: as.cfg, node: as.q.nodes[nc.i], resources: len(as.keys)}
 	if as.deleted != nil {
 		rc.deleted = &as.deleted[nc.i]
@@ -844,6 +937,7 @@ type cleanup struct {
 // slower than the quorum.
 func (as *attemptState) releaseWrites() *cleanup {
 	cl := as.cleanup
+	as.kept.Store(true) // the caller awaits cl, which as holds
 	cl.failed.Store(true)
 	for i := range as.nodes {
 		nc := &as.nodes[i]
@@ -869,6 +963,7 @@ func (as *attemptState) clean(i int) {
 		return
 	}
 	cl := as.cleanup
+	as.kept.Store(true) // its answer counts in cl.pending, which as holds
 	cl.pending.Add()
 	sendCleanup(as.cfg, as.q.nodes[i], cl.s, as.keys, cl.keys, append([]any{cl.value}, cl.args...), as.acked, &cl.pending, nil)
 }

@@ -72,6 +72,19 @@ type run struct {
 	carry   time.Time
 	carries int
 	splits  int // the attempts in a row that split the nodes (see splitPause)
+	// held is the last attempt's state, which the call reads until its
+	// next attempt, or its end (see letGo).
+	held *attemptState
+}
+
+// letGo lets go of the last attempt's state: the call reads it no more.
+// (A failed acquire's cleanup, which the call may still await, keeps it:
+// see releaseWrites.)
+func (c *run) letGo() {
+	if c.held != nil {
+		c.held.unref()
+		c.held = nil
+	}
 }
 
 // maxCarries bounds the attempts a wake carries over (see run.carry): a
@@ -84,6 +97,7 @@ const maxCarries = 3
 // nodes refusing what retrying cannot fix).
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	c := run{r: r, ctx: ctx, cfg: cfg, start: time.Now(), args: p.args}
+	defer c.letGo()
 	// Each attempt waits for the nodes for at most the node timeout, and
 	// never past the validity of the ttl it writes (an answer after that
 	// could not be used); a failed Acquire waits as long for its cleanup.
@@ -221,7 +235,9 @@ func (c *run) try(p *plan) (ExecutionStats, *attemptState) {
 	}
 	c.tries++
 	began := time.Now()
+	c.letGo()
 	st, as := c.r.attempt(c.ctx, c.cfg, p, c.args, c.deleted, c.timeout)
+	c.held = as
 	if len(st.VotesFor) >= q && time.Since(st.Start) < p.ttl-c.d {
 		st, c.o.token = p.hook().sealed(c, p, st, as)
 	}

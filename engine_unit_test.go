@@ -551,3 +551,25 @@ func TestSplitPauseWithASilentNode(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Len(t, ee.Attempts, 1, "one attempt, then its retry delay")
 }
+
+// TestAttemptStateLetGoTwicePanics: a state let go once more than it was
+// held, or read by a handler after it was marked released (poisonStates,
+// as the suite runs), panics rather than being reused by two attempts at
+// once; a kept state is neither reused nor marked.
+func TestAttemptStateLetGoTwicePanics(t *testing.T) {
+	t.Parallel()
+	marked := &attemptState{}
+	marked.refs.Store(released)
+	require.Panics(t, func() { marked.live() }, "read after its last reference was let go")
+	require.Panics(t, func() { marked.unref() }, "let go once more")
+	require.Panics(t, func() { (&attemptState{}).unref() }, "let go more often than held")
+
+	kept := newAttemptState(3)
+	kept.refs.Add(1) // a call's
+	kept.kept.Store(true)
+	kept.unref()
+	kept.unref()
+	require.NotPanics(t, func() { kept.live() })
+	require.Zero(t, kept.refs.Load(), "neither reused nor marked")
+	require.Len(t, kept.nodes, 3, "not cleared")
+}

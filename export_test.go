@@ -37,3 +37,10 @@ const MaxCarries = maxCarries
 // In tests, a lane whose server refused a call of many extensions tries
 // one again after 300ms instead of a minute.
 func init() { lane.ManyRetry = 300 * time.Millisecond }
+
+// PoisonStates sets poisonStates (see attempt.go).
+func PoisonStates(on bool) { poisonStates.Store(on) }
+
+// StatesReused returns how many attempts' states went back to be reused,
+// and how many were marked released instead (PoisonStates).
+func StatesReused() (back, marked int64) { return reused.Load(), (poisoned.Load() + 1) / 2 }

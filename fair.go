@@ -249,7 +249,8 @@ func fairReleasePlan(resources []string, value, member string, until time.Time) 
 func (r *Redlock) leave(ctx context.Context, cfg *config, p *plan, member string) {
 	lp := fairReleasePlan(p.res, queueID(member), member, time.Time{})
 	lp.acked = p.acked
-	r.attempt(context.WithoutCancel(ctx), cfg, lp, lp.args, nil, cfg.nodeTimeout)
+	_, as := r.attempt(context.WithoutCancel(ctx), cfg, lp, lp.args, nil, cfg.nodeTimeout)
+	as.unref()
 }
 
 // A waiter of the fair queue for one resource learns that it holds the lock

@@ -110,7 +110,8 @@ func (fencedHooks) adoptHanded(c *run, p *plan, off *handOff) bool {
 		c.r.disown(c.ctx, c.cfg, p, off)
 		return false
 	}
-	st, _ := c.r.attempt(c.ctx, c.cfg, wb, wb.args, nil, timeout)
+	st, as := c.r.attempt(c.ctx, c.cfg, wb, wb.args, nil, timeout)
+	as.unref()
 	if len(st.VotesFor) < c.r.needed() || !time.Now().Before(off.until) {
 		c.r.disown(c.ctx, c.cfg, p, off)
 		return false
@@ -148,7 +149,8 @@ func (r *Redlock) writeBack(ctx context.Context, cfg *config, p *plan, value str
 		st.Late, st.fence = true, fenceTooLate
 		return st, token
 	}
-	wst, _ := r.attempt(ctx, cfg, wb, wb.args, nil, timeout)
+	wst, was := r.attempt(ctx, cfg, wb, wb.args, nil, timeout)
+	was.unref()
 	wst.Start, wst.token, wst.fence = st.Start, token, fenceSent
 	return wst, token
 }

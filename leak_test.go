@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/redlocktest"
 )
 
@@ -53,6 +55,12 @@ func loggedAbout(addr string) int {
 // no Example touches a real deployment. The nodes stop after the tests,
 // before goleak looks for goroutines left over.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" {
+		// Every other attempt's state that would be reused is marked
+		// released instead: a handler that reads one afterwards panics.
+		redlock.PoisonStates(true)
+	}
 	redis.SetLogger(quiet{})
 	nodes, err := redlocktest.Start(3)
 	if err != nil {

@@ -138,6 +138,10 @@ const (
 )
 
 // Handler is told what becomes of a call.
+//
+// The lane does not touch a Write again once its Sendable said no, nor a
+// call once its Done has returned unless the Result was Late: a Handler
+// may then reuse what the call is part of.
 type Handler interface {
 	// Sendable is asked as the worker is about to send the call; a Write
 	// that is not worth sending any more is dropped (its Handler hears
@@ -148,7 +152,7 @@ type Handler interface {
 	Done(Result)
 	// Silent is told that the call's batch had no answer within its
 	// timeout; r.Err is a *TimeoutError. Done follows when the client
-	// returns (a call held for later excepted).
+	// returns (a call held for later excepted), with Result.Late set.
 	Silent(r Result)
 	// Held returns the copy of a Release to hold and send again when the
 	// call got no reply: a Cleanup.
@@ -195,6 +199,10 @@ type Result struct {
 	// something else).
 	Acks, Local int
 	AckErr      error
+	// Late says that the call went in a round that went silent: its
+	// Handler's Silent ran, or may be running, in the watchdog's
+	// goroutine as Done runs.
+	Late bool
 	// manyErr: the call went in a Many call that did not run it, and it
 	// goes again alone (see resends); manyFailed: that Many call failed
 	// as a whole (Err is its error), before its script ran.

@@ -221,7 +221,9 @@ func (l *Lane) work() {
 		}
 		sendable := batch[:0]
 		for _, c := range batch {
-			if c.H.Sendable() || c.Kind != Write {
+			// Kind first: a Write that is not sendable is no longer
+			// ours to read.
+			if w := c.Kind == Write; c.H.Sendable() || !w {
 				sendable = append(sendable, c)
 			}
 		}
@@ -393,6 +395,7 @@ func (l *Lane) send(batch []*Call) bool {
 			// node claimed; its answer is set aside.
 			c.res = Result{Err: twin, Acks: -1, Local: -1}
 		}
+		c.res.Late = !onTime
 		c.H.Done(c.res)
 	}
 	if recovered {

@@ -131,6 +131,7 @@ func TestBreaker(t *testing.T) {
 	res := submit(l, Write).result(t)
 	require.NoError(t, res.Err)
 	assert.Equal(t, int64(1), res.Reply)
+	assert.False(t, res.Late, "answered in time: the lane is done with the call")
 	assert.False(t, l.Sick())
 
 	g.close()
@@ -153,7 +154,9 @@ func TestBreaker(t *testing.T) {
 
 	g.open()
 	assert.NoError(t, probe.result(t).Err, "the probe is answered")
-	assert.NoError(t, hung.result(t).Err, "the parked batch ends with the node's answer")
+	late := hung.result(t)
+	assert.NoError(t, late.Err, "the parked batch ends with the node's answer")
+	assert.True(t, late.Late, "its Silent came from the watchdog's goroutine: Done says so")
 	assert.False(t, l.Sick(), "closed again")
 	assert.NoError(t, submit(l, Write).result(t).Err)
 	select {
@@ -421,4 +424,35 @@ func TestManyCallsGroupOnlyCallsThatCommute(t *testing.T) {
 	assert.Len(t, lead[big[0]].calls, maxManyCalls)
 	assert.Len(t, lead[big[maxManyCalls]].calls, 1)
 	assert.Nil(t, manyCalls([]*Call{a}, false), "one call")
+}
+
+// reuser is a Handler whose Sendable says no and, as the Handler contract
+// lets it, reuses its call at once (here: as a Release, which would be
+// sent whatever Sendable says).
+type reuser struct {
+	c    *Call
+	done atomic.Int32
+}
+
+func (r *reuser) Sendable() bool { r.c.Kind = Release; return false }
+func (r *reuser) Done(Result)    { r.done.Add(1) }
+func (r *reuser) Silent(Result)  {}
+func (r *reuser) Held() *Call    { return nil }
+
+// A Write whose Sendable said no is the Handler's again at once: the lane
+// reads nothing of it afterwards (it read its Kind first), sends nothing
+// and tells nothing.
+func TestUnsendableWriteIsNotReadAgain(t *testing.T) {
+	g := &gate{}
+	l, owner := newLane(t, g)
+	r := &reuser{}
+	r.c = &Call{Kind: Write, Keys: []string{"k"}, Timeout: base, H: r}
+	l.Submit(r.c)
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker did not end")
+	}
+	assert.Zero(t, g.rounds.Load(), "not sent")
+	assert.Zero(t, r.done.Load(), "not told")
 }

@@ -1,0 +1,37 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+)
+
+// TestAttemptStatesAreLetGo: an uncontended Acquire and its Release each
+// let go of their attempt's state once the nodes have answered, so that
+// the next attempt reuses it (issue 46: it was most of what an operation
+// allocated). The suite runs with every other such state marked released
+// instead (redlock.PoisonStates), so a handler that read one afterwards
+// would panic in whichever test made it.
+func TestAttemptStatesAreLetGo(t *testing.T) {
+	t.Parallel()
+	rl := newNodes(t, 3).rl
+	ctx := context.Background()
+	back0, marked0 := redlock.StatesReused()
+	const n = 50
+	for i := range n {
+		l, err := rl.Acquire(ctx, []string{"states:" + t.Name()}, 10*time.Second)
+		require.NoError(t, err, "acquire %d", i)
+		_, err = l.Release(ctx)
+		require.NoError(t, err, "release %d", i)
+	}
+	// The last answers of an attempt decided at a quorum may come after
+	// it returned: its state is let go then.
+	require.Eventually(t, func() bool {
+		back, marked := redlock.StatesReused()
+		return back-back0+marked-marked0 >= 2*n
+	}, 5*time.Second, 10*time.Millisecond, "each of the %d attempts let go of its state", 2*n)
+}
