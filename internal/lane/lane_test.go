@@ -456,3 +456,92 @@ func TestUnsendableWriteIsNotReadAgain(t *testing.T) {
 	assert.Zero(t, g.rounds.Load(), "not sent")
 	assert.Zero(t, r.done.Load(), "not told")
 }
+
+// busy is a fake server that takes perCmd for each command of a round
+// trip (hangs from its second round on, with hang set), and holds the
+// first round until let go, so that the calls made meanwhile queue and go
+// in the next round together.
+type busy struct {
+	stand
+	perCmd time.Duration
+	hang   chan struct{} // with it set, a later round waits until it is closed
+	first  chan struct{}
+	once   sync.Once
+	most   atomic.Int32 // the largest round
+	last   atomic.Int32 // the size of the last round to start
+}
+
+func (b *busy) Do(_ context.Context, cmds []*driver.Cmd) {
+	firstRound := false
+	b.once.Do(func() { <-b.first; firstRound = true })
+	b.last.Store(int32(len(cmds)))
+	if n := int32(len(cmds)); n > b.most.Load() {
+		b.most.Store(n)
+	}
+	if b.hang != nil && !firstRound {
+		<-b.hang
+	}
+	time.Sleep(time.Duration(len(cmds)) * b.perCmd)
+	for _, c := range cmds {
+		c.Reply = int64(1)
+	}
+}
+
+// A round of thousands of calls that the node answers at a steady 40 µs a
+// call takes longer than the node timeout, but is not the node's silence:
+// its watchdog allows PerCall for each call, so no call is told Silent,
+// the breaker stays closed, and every call is answered. (It opened: the
+// burst of acquires of 20,000 Using holders opened each node's breaker 9
+// to 27 times, failing every call queued behind the round.)
+func TestABigRoundIsNotSilence(t *testing.T) {
+	const n = 4000 // up to 160 ms at 40 µs a call, past the 50 ms node timeout; PerCall allows 200 ms more
+	b := &busy{perCmd: 40 * time.Microsecond, first: make(chan struct{})}
+	l, owner := newLane(t, b)
+	first := submit(l, Write)
+	recs := make([]*recorder, n)
+	for i := range recs {
+		recs[i] = submit(l, Write)
+	}
+	close(b.first)
+	require.NoError(t, first.result(t).Err)
+	for i, r := range recs {
+		res := r.result(t)
+		require.NoError(t, res.Err, "call %d", i)
+		require.False(t, res.Late, "call %d", i)
+		require.Zero(t, r.silent.Load(), "call %d told Silent", i)
+	}
+	most := b.most.Load()
+	t.Logf("the largest round: %d calls, %v at the node", most, time.Duration(most)*b.perCmd)
+	assert.Greater(t, time.Duration(most)*b.perCmd, base, "a round longer than the node timeout")
+	assert.False(t, l.Sick(), "closed")
+	select {
+	case <-owner.Wait():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a worker is left")
+	}
+}
+
+// A node that does not answer a big round is still found silent: after
+// the node timeout plus PerCall for each of its calls.
+func TestABigRoundToASilentNodeIsSilent(t *testing.T) {
+	const n = 2000 // PerCall allows up to 100 ms more than the 50 ms node timeout
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	b := &busy{first: make(chan struct{}), hang: hang}
+	l, _ := newLane(t, b)
+	head := submit(l, Write)
+	recs := make([]*recorder, n)
+	for i := range recs {
+		recs[i] = submit(l, Write)
+	}
+	close(b.first)
+	began := time.Now()
+	require.NoError(t, head.result(t).Err)
+	require.Eventually(t, func() bool { return recs[n-1].silent.Load() == 1 }, 5*time.Second, time.Millisecond, "the big round is found silent")
+	took := time.Since(began)
+	size := time.Duration(b.last.Load())
+	t.Logf("a silent round of %d calls was found after %v (bound: %v)", size, took, base+size*PerCall)
+	assert.GreaterOrEqual(t, took, base+size*PerCall, "not before its size's allowance")
+	assert.Less(t, took, base+size*PerCall+2*time.Second, "found silent")
+	assert.True(t, l.Sick(), "open")
+}
