@@ -31,7 +31,7 @@
 //     the later calls that ran on their keys too early (see resends).
 //  3. Done. Each call's Result goes to its Handler's Done, once.
 //  4. Silence. A watchdog fires when a batch has no answer after its node
-//     timeout, plus PerCall for each of its calls. It opens the breaker, tells each call's Handler (Silent: the
+//     timeout. It opens the breaker, tells each call's Handler (Silent: the
 //     call's Done follows when the client returns), fails the queued calls
 //     (a release is held instead, and sent again as soon as the node answers
 //     anything: a slow node still gets its releases), and detaches the

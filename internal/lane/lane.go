@@ -18,15 +18,6 @@ const MaxHeld = 4096
 // calls one by one before it tries a Many call again.
 var ManyRetry = time.Minute
 
-// PerCall is how much longer than its node timeout a round may take for
-// each call it carries before it counts as the node's silence: a round of
-// n calls is silent after the node timeout plus n × PerCall. A node that
-// runs 20,000 calls a second answers in that time; a queue of thousands of
-// calls sent in one round (a burst of acquires, extensions due together)
-// would otherwise outlast the node timeout on a node that is answering,
-// open its breaker, and fail every call queued behind it.
-var PerCall = 50 * time.Microsecond
-
 // MaxParked bounds the workers parked on one lane (a node, or a Cluster
 // shard) that does not answer: while that many are parked, the lane sends
 // nothing new, not even a probe.
@@ -66,7 +57,6 @@ type Lane struct {
 	reached bool          // some call got past dialing the node: a write may be there
 	cause   error         // the client's last network error here, until the node answers
 	out     time.Time     // when the oldest round still out was sent; zero when none is
-	outFor  time.Duration // what that round's size adds to the node timeout (see PerCall)
 	retry   *time.Timer   // sends a held release as the probe when the lane is idle
 	// ready is set once a connection to the node has been set up (see
 	// setUp) and answered, and cleared by a network error (a refused or
@@ -164,13 +154,13 @@ func (l *Lane) LastCause() error {
 
 // Sick reports whether the node looks silent: its circuit is not closed
 // (silent past its timeout lately), or a round has been out for more than
-// half a node timeout (plus what its size adds: see PerCall). (The second rule sees a hung node before its first
+// half a node timeout. (The second rule sees a hung node before its first
 // timeout ends: a subscriber would otherwise connect to it in that moment,
 // and park there.)
 func (l *Lane) Sick() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state != closed || !l.out.IsZero() && time.Since(l.out) > l.base/2+l.outFor
+	return l.state != closed || !l.out.IsZero() && time.Since(l.out) > l.base/2
 }
 
 // Probe sends c as the breaker's probe when the circuit is not closed, a
@@ -269,7 +259,6 @@ func (l *Lane) send(batch []*Call) bool {
 	for _, c := range batch {
 		timeout = max(timeout, c.Timeout)
 	}
-	timeout += time.Duration(len(batch)) * PerCall // its size is not the node's silence
 	onTime := l.round(batch, timeout, bySHA, nil)
 	// The node answered; those whose script it lacks (NOSCRIPT: a restarted
 	// or flushed node, or a script not used on it yet) go again with the
@@ -489,7 +478,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	sent := time.Now()
 	l.mu.Lock()
 	if l.out.IsZero() {
-		l.out, l.outFor = sent, time.Duration(len(calls))*PerCall
+		l.out = sent
 	}
 	w := l.dog // the lane's idle watchdog, when it has one
 	l.dog = nil
