@@ -349,17 +349,22 @@ func TestFailedShorterExtendCutsTheHandle(t *testing.T) {
 	p := newProxied(t, 3, redlock.WithNodeTimeout(time.Second), redlock.WithRetryCount(0))
 	lock, err := p.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
 	require.NoError(t, err)
+	// The PEXPIREs go out at once and land; their answers take 300 ms, and
+	// ctx ends at 100 ms (time enough for the lanes to send them on a
+	// loaded machine: with 50 ms on the way there and ctx at 10 ms, a
+	// late lane sent nothing, and the keys kept their 10 s).
 	for _, px := range p.Proxies {
-		px.SetLatency(50*time.Millisecond, 0)
+		px.SetLatency(0, 300*time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
+	sent := time.Now()
 	_, err = lock.Extend(ctx, 200*time.Millisecond)
 	require.Error(t, err)
 	for _, px := range p.Proxies {
 		px.SetLatency(0, 0)
 	}
-	time.Sleep(400 * time.Millisecond) // the shorter ttl has run out on the nodes
+	time.Sleep(time.Until(sent.Add(600 * time.Millisecond))) // the shorter ttl has run out on the nodes
 	other := newFixture(t, redistest.Setup{On: p.Nodes}, redlock.WithRetryCount(0))
 	second, err := other.rl.Acquire(context.Background(), []string{"{redlock}short"}, 10*time.Second)
 	require.NoError(t, err, "the keys expired with the shorter ttl")
