@@ -106,7 +106,14 @@ func splitContenders(t *testing.T, processes, calls int, slow time.Duration) {
 // counts against WithRetryCount.
 func TestShortPauseOnlyWhereNoOneMayHoldAQuorum(t *testing.T) {
 	t.Parallel()
-	f := newNodes(t, 3)
+	// Nodes 1 and 2 answer 100 ms late: node 0's call is sent before the
+	// attempt fails. (A call its lane had not sent by then votes nothing,
+	// and counts as anyone's: on 3 nodes, as the third vote of a rival's
+	// quorum, and the attempt waits its retry delay. It did, for an hour,
+	// under a -race suite beside two CPU spinners.)
+	f := newProxied(t, 3, redlock.WithNodeTimeout(time.Second))
+	f.Proxies[1].SetLatency(100*time.Millisecond, 0)
+	f.Proxies[2].SetLatency(100*time.Millisecond, 0)
 	f.Set(t, 1, "{redlock}rival", "aaaaaaaaaaaaaaaa-holder", 0)
 	f.Set(t, 2, "{redlock}rival", "aaaaaaaaaaaaaaaa-holder", 0)
 	const delay = 300 * time.Millisecond
