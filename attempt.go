@@ -118,7 +118,7 @@ type attemptState struct {
 
 // states holds the attempts' states between attempts: an attempt's state,
 // its node calls and its votes channel are most of what an operation
-// allocates (issue 46). One goes back once nothing can read it any more
+// allocates. One goes back once nothing can read it any more
 // (see unref); one a lane may still read (a call of a round that went
 // silent, whose Silent may come with its Done, or after) never does, and
 // is left to the garbage collector.
@@ -130,8 +130,9 @@ var states sync.Pool
 // after its last reference was let go, while the others are reused.
 var poisonStates atomic.Bool
 
-// poisoned and reused count the states let go with poisonStates set, and
-// the states put back in states.
+// poisoned and reused count, with poisonStates set, the states marked
+// released and the states put back in states (not counted otherwise: a
+// shared counter on every operation's path).
 var poisoned, reused atomic.Int64
 
 // newAttemptState returns a cleared state for n nodes, holding one
@@ -157,11 +158,13 @@ func (as *attemptState) unref() {
 	case as.kept.Load():
 		return
 	}
-	if poisonStates.Load() && poisoned.Add(1)%2 == 1 {
-		as.refs.Store(released) // every other one: the rest are reused
-		return
+	if poisonStates.Load() {
+		if poisoned.Add(1)%2 == 1 {
+			as.refs.Store(released) // every other one: the rest are reused
+			return
+		}
+		reused.Add(1)
 	}
-	reused.Add(1)
 	votes, nodes := as.votes, as.nodes[:cap(as.nodes)]
 	for len(votes) > 0 {
 		<-votes
@@ -482,16 +485,16 @@ func (nc *nodeCall) Done(r lane.Result) {
 	if !r.Late {
 		defer as.unref()
 	}
-	rep, err := judge(nc.as.op, nc.s, len(nc.as.keys), r)
+	rep, err := judge(as.op, nc.s, len(as.keys), r)
 	nc.counter, nc.choice = rep.Counter, rep.Picks
-	if x := nc.as.ext; x != nil {
-		err = x.judge(nc.i, rep, err, nc.as.outcome.Load() == attemptWon, nc.state.Load() == callSent)
+	if x := as.ext; x != nil {
+		err = x.judge(nc.i, rep, err, as.outcome.Load() == attemptWon, nc.state.Load() == callSent)
 	}
 	if err == nil && nc.Ack != nil {
 		nc.acks = r.Acks
 		err = judgeAcks(nc.Ack, r)
 	}
-	nc.as.answer(nc.i, err)
+	as.answer(nc.i, err)
 }
 
 // Silent implements lane.Handler: the node did not answer in time, and

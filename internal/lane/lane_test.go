@@ -443,6 +443,7 @@ func (r *reuser) Held() *Call    { return nil }
 // reads nothing of it afterwards (it read its Kind first), sends nothing
 // and tells nothing.
 func TestUnsendableWriteIsNotReadAgain(t *testing.T) {
+	t.Parallel()
 	g := &gate{}
 	l, owner := newLane(t, g)
 	r := &reuser{}
