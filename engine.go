@@ -6,6 +6,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,7 +59,6 @@ type run struct {
 	// attempt of the call (an answer that came late included): they count
 	// for in later attempts, where the value is gone by our own doing.
 	deleted  []atomic.Bool
-	marks    [8]atomic.Bool  // deleted's room for up to 8 nodes, made with the run
 	cleaning *cleanup        // the last failed attempt's release of its writes
 	last     *ExecutionError // why the last attempt that ctx did not cut short failed
 	waits    bool            // the call may wait for a release announcement
@@ -96,7 +96,21 @@ const maxCarries = 3
 // ends, or the outcome cannot change by retrying (the lock lost for good, or
 // nodes refusing what retrying cannot fix).
 func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
-	c := run{r: r, ctx: ctx, cfg: cfg, start: time.Now(), args: p.args}
+	c := runs.Get().(*run)
+	o := c.execute(r, ctx, cfg, p)
+	*c = run{}
+	runs.Put(c)
+	return o
+}
+
+// runs holds calls' states between calls: nothing reads one once its
+// execute has returned (a kind's hooks read it only while called, and a
+// release's attempts hold deleted marks of their own).
+var runs = sync.Pool{New: func() any { return new(run) }}
+
+// execute is Redlock.execute on a cleared run.
+func (c *run) execute(r *Redlock, ctx context.Context, cfg *config, p *plan) outcome {
+	*c = run{r: r, ctx: ctx, cfg: cfg, start: time.Now(), args: p.args}
 	defer c.letGo()
 	// Each attempt waits for the nodes for at most the node timeout, and
 	// never past the validity of the ttl it writes (an answer after that
@@ -107,11 +121,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		c.timeout = min(c.timeout, p.ttl-c.d)
 	}
 	if p.op == OpRelease {
-		if n := r.size(); n <= len(c.marks) {
-			c.deleted = c.marks[:n]
-		} else {
-			c.deleted = make([]atomic.Bool, n)
-		}
+		c.deleted = make([]atomic.Bool, r.size())
 	}
 	if err := ctx.Err(); err != nil {
 		return c.fail(p, &ExecutionError{reason: "not attempted", ctxErr: err})
@@ -123,12 +133,12 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 	// joining costs at most one retry delay.
 	c.waits = p.waits && cfg.wake && cfg.retryCount != 0
 	defer func() {
-		p.hook().ended(&c, p)
+		p.hook().ended(c, p)
 		if off := r.wake.Leave(c.wt, c.o.win != nil || c.o.handed != nil); off != nil {
 			r.disown(ctx, cfg, p, off.(*handOff)) // handed over as the call gave up
 		}
 		if c.o.win == nil && c.o.handed == nil && c.tries > 0 {
-			p.hook().gaveUp(&c, p)
+			p.hook().gaveUp(c, p)
 		}
 	}()
 	// A call that may wait queues behind this Redlock's waiters for the same
@@ -160,7 +170,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		}
 	}
 	for ; ; i++ {
-		if c.handedOver(p) || p.hook().granted(&c, p) {
+		if c.handedOver(p) || p.hook().granted(c, p) {
 			return c.o
 		}
 		if i > 0 && p.op == OpAcquire && r.closed.Load() {
@@ -182,7 +192,7 @@ func (r *Redlock) execute(ctx context.Context, cfg *config, p *plan) outcome {
 		if e := c.verdict(p, st, as); e != nil {
 			return c.fail(p, e)
 		}
-		p.hook().failed(&c, p, st, as)
+		p.hook().failed(c, p, st, as)
 		if c.cfg.retryCount != -1 && i >= cfg.retryCount {
 			if c.handedOver(p) { // handed over during the last attempt
 				return c.o
@@ -670,10 +680,16 @@ type plan struct {
 	// ext, for an extend, is what the call knows of the nodes that lost
 	// the lock (see lock.go's extension).
 	ext *extension
+	// freed marks a plan given back with the tests' poisonStates set
+	// (see free).
+	freed bool
 }
 
 // hook returns p's hooks.
 func (p *plan) hook() hooks {
+	if p.freed {
+		panic("redlock: a plan read after its call gave it back")
+	}
 	if p.hooks == nil {
 		return noHooks{}
 	}
@@ -701,8 +717,8 @@ const (
 // acquirePlan locks keys for ttl.
 func acquirePlan(keys []string, ttl time.Duration) *plan {
 	// execute draws each attempt's value into args[0]; args[1] is the ttl.
-	return &plan{op: OpAcquire, s: script.Acquire, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
-		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true, single: true}
+	return pooled(plan{op: OpAcquire, s: script.Acquire, keys: keys, res: keys, args: []any{nil, int64(ttl / time.Millisecond)},
+		ttl: ttl, freshValue: true, undoFailed: true, contended: ErrResourceLocked, waits: true, single: true})
 }
 
 // newExtendPlan is the plan that sets the ttl of a lock's resources, which
@@ -727,8 +743,42 @@ func newReleasePlan(resources []string, value string, until time.Time) *plan {
 // releasePlanWith is newReleasePlan with its ARGV: {value}, which no one
 // writes.
 func releasePlanWith(resources []string, args []any, until time.Time) *plan {
-	return &plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: args,
-		until: until, pastUntil: oneAttemptPastUntil}
+	return pooled(plan{op: OpRelease, s: script.Release, keys: resources, res: resources, args: args,
+		until: until, pastUntil: oneAttemptPastUntil})
+}
+
+// plans holds the plans of acquires and releases between calls (see
+// pooled); plansFreed counts, with poisonStates set, those given back.
+var (
+	plans      sync.Pool
+	plansFreed atomic.Int64
+)
+
+// pooled returns p in a plan from plans. Its call gives it back (free)
+// once nothing reads it: an acquire's at the end of grant, a release's at
+// the end of its call. (An extension's plan is not pooled: a late answer
+// may drop what it wrote, after its call, with its plan.)
+func pooled(p plan) *plan {
+	pp, _ := plans.Get().(*plan)
+	if pp == nil {
+		pp = new(plan)
+	}
+	*pp = p
+	return pp
+}
+
+// free gives p back to plans: nothing reads it after. With the tests'
+// poisonStates set, every other one is marked freed instead, and a call's
+// step that reads it afterwards panics (see hook).
+func (p *plan) free() {
+	if poisonStates.Load() {
+		if plansFreed.Add(1)%2 == 1 {
+			*p = plan{freed: true}
+			return
+		}
+	}
+	*p = plan{}
+	plans.Put(p)
 }
 
 // waiterID is the call's id among the waiters (hooks.waiter), or "".

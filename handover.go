@@ -113,6 +113,7 @@ func (r *Redlock) disown(ctx context.Context, cfg *config, p *plan, off *handOff
 	rp := newReleasePlan(p.res, off.value, off.until)
 	rp.acked = p.acked
 	r.execute(context.WithoutCancel(ctx), &one, rp)
+	rp.free()
 }
 
 // handedOver reports whether a holder handed the call its lock, and the

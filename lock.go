@@ -219,7 +219,9 @@ func (r *Redlock) acquire(ctx context.Context, cfg *config, resources []string, 
 }
 
 // grant runs p, an acquire's plan of kind k, and makes the Lock it wins.
+// p is given back at its end.
 func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Lock, error) {
+	defer p.free()
 	p.acked = cfg.ack != nil
 	if cfg.wake {
 		r.wake.Start() // dialled beside the attempt: confirmed by the grant (see hold)
@@ -409,6 +411,7 @@ func (r *Redlock) releaseWith(ctx context.Context, lock *Lock, cfg *config, out 
 	rp := lock.releasePlan(time.Unix(0, life.until.Load()))
 	rp.acked = lock.cfg.ack != nil
 	o := r.execute(ctx, cfg, rp)
+	rp.free()
 	if out != nil {
 		*out = o
 	}
