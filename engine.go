@@ -730,8 +730,8 @@ func newExtendPlan(resources []string, value string, until time.Time, ttl time.D
 // extendPlanWith is newExtendPlan with the value as an argument (boxed
 // already: see lockLife.valueArgs).
 func extendPlanWith(resources []string, value any, until time.Time, ttl time.Duration) *plan {
-	return &plan{op: OpExtend, s: script.Extend, keys: resources, res: resources, args: []any{value, int64(ttl / time.Millisecond)},
-		ttl: ttl, until: until, pastUntil: refusePastUntil}
+	return pooled(plan{op: OpExtend, s: script.Extend, keys: resources, res: resources, args: []any{value, int64(ttl / time.Millisecond)},
+		ttl: ttl, until: until, pastUntil: refusePastUntil})
 }
 
 // newReleasePlan is the plan that deletes a lock's resources where they hold
@@ -755,9 +755,9 @@ var (
 )
 
 // pooled returns p in a plan from plans. Its call gives it back (free)
-// once nothing reads it: an acquire's at the end of grant, a release's at
-// the end of its call. (An extension's plan is not pooled: a late answer
-// may drop what it wrote, after its call, with its plan.)
+// once nothing reads it: an acquire's at the end of grant, an extension's
+// or a release's at the end of its call (what an extension's late answer
+// needs to drop its writes is copied: see undoOf).
 func pooled(p plan) *plan {
 	pp, _ := plans.Get().(*plan)
 	if pp == nil {

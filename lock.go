@@ -309,6 +309,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		return nil, spent("a release of the lock was attempted, so it may be gone")
 	}
 	p := lock.extendPlan(ttl)
+	defer p.free()
 	p.acked = lock.cfg.ack != nil
 	p.abandon = &lock.life.releasing
 	p.ext = r.newExtension(lock, cfg, p)
@@ -723,6 +724,7 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 	lf.extSeq++
 	x := &extension{lost: lost, drops: drops, doubted: doubted, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
 	lf.mu.Unlock()
+	u := undoOf(p)
 	x.drop = func(i int) {
 		// Only the newest Extend drops, and a later one counts the node
 		// lost until the drop is answered: no drop lands after a write
@@ -735,21 +737,35 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 		lost[i].Store(true)
 		drops[i].Add()
 		lf.mu.Unlock()
-		r.dropOn(lock, cfg, p, i, &drops[i], &doubted[i])
+		r.dropOn(lock, cfg, u, i, &drops[i], &doubted[i])
 	}
 	return x
+}
+
+// undo is how a lock's keys are released on one node (see dropOn), read
+// from its extension's plan, which the call gives back when it returns.
+type undo struct {
+	s         *script.Script // nil: script.Cleanup on res
+	res, keys []string
+	args      []any // after the lock's value
+	acked     bool
+}
+
+// undoOf returns p's undo.
+func undoOf(p *plan) undo {
+	return undo{s: p.undo, res: p.res, keys: p.undoKeys, args: p.undoArgs, acked: p.acked}
 }
 
 // dropOn releases p's lock on node i, sent on its own, with the kind's
 // cleanup (only its own value, announcing nothing: the lock's holder would
 // take an announcement of its value for a force release): a failed
 // extension's write-back, or what is left of a lock gone from a quorum.
-func (r *Redlock) dropOn(lock *Lock, cfg *config, p *plan, i int, pending *flight.Flight, doubt *atomic.Bool) {
-	s, keys, args := script.Cleanup, p.res, []any{lock.value}
-	if p.undo != nil {
-		s, keys, args = p.undo, p.undoKeys, append([]any{lock.value}, p.undoArgs...)
+func (r *Redlock) dropOn(lock *Lock, cfg *config, u undo, i int, pending *flight.Flight, doubt *atomic.Bool) {
+	s, keys, args := script.Cleanup, u.res, []any{lock.value}
+	if u.s != nil {
+		s, keys, args = u.s, u.keys, append([]any{lock.value}, u.args...)
 	}
-	sendCleanup(cfg, r.nodes[i], s, p.res, keys, args, p.acked, pending, doubt)
+	sendCleanup(cfg, r.nodes[i], s, u.res, keys, args, u.acked, pending, doubt)
 }
 
 // lostNodes returns the lock's record of the nodes whose keys an extension

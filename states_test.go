@@ -36,8 +36,8 @@ func TestAttemptStatesAreLetGo(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "each of the %d attempts let go of its state", 2*n)
 }
 
-// TestPlansAreGivenBack: an Acquire and its Release each give their plan
-// back when they return, for the next call to reuse. With the suite's
+// TestPlansAreGivenBack: an Acquire, an Extend and a Release each give
+// their plan back when they return, for the next call to reuse. With the suite's
 // redlock.PoisonStates, every other one is marked instead, and a step of a
 // call that read it afterwards would panic in whichever test made it.
 func TestPlansAreGivenBack(t *testing.T) {
@@ -50,6 +50,10 @@ func TestPlansAreGivenBack(t *testing.T) {
 		l, err := rl.Acquire(ctx, []string{"plans:" + t.Name()}, 10*time.Second)
 		require.NoError(t, err, "acquire %d", i)
 		require.Greater(t, redlock.PlansFreed(), before, "acquire %d gave its plan back", i)
+		before = redlock.PlansFreed()
+		l, err = l.Extend(ctx, 10*time.Second)
+		require.NoError(t, err, "extend %d", i)
+		require.Greater(t, redlock.PlansFreed(), before, "extend %d gave its plan back", i)
 		before = redlock.PlansFreed()
 		_, err = l.Release(ctx)
 		require.NoError(t, err, "release %d", i)
