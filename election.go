@@ -443,7 +443,7 @@ func (termKind) acquire(resources []string, ttl time.Duration, _ *config) *plan 
 	return fencedAcquirePlan(resources, ttl)
 }
 
-func (k termKind) won(*plan, *outcome) kind { return k }
+func (k termKind) won(*plan, outcome) kind { return k }
 
 func (k termKind) extend(l *Lock, ttl time.Duration) *plan {
 	p := newExtendPlan(l.resources, l.value, l.until(), ttl)

@@ -110,7 +110,7 @@ func (fairKind) acquire(resources []string, ttl time.Duration, cfg *config) *pla
 	return p
 }
 
-func (fairKind) won(p *plan, _ *outcome) kind { return fairKind{member: p.hooks.(*fairCall).member} }
+func (fairKind) won(p *plan, _ outcome) kind { return fairKind{member: p.hooks.(*fairCall).member} }
 
 func (k fairKind) extend(l *Lock, ttl time.Duration) *plan {
 	return fairExtendPlan(l.resources, l.value, k.member, l.until(), ttl)

@@ -70,7 +70,7 @@ func (fencedKind) acquire(resources []string, ttl time.Duration, _ *config) *pla
 	return fencedAcquirePlan(resources, ttl)
 }
 
-func (k fencedKind) won(*plan, *outcome) kind { return k }
+func (k fencedKind) won(*plan, outcome) kind { return k }
 
 func (fencedKind) extend(l *Lock, ttl time.Duration) *plan {
 	return fencedExtendPlan(l.resources, l.value, l.token, l.until(), ttl)

@@ -20,7 +20,7 @@ type kind interface {
 	// won returns the kind of the lock that o won running p (with what
 	// the lock keeps of its grant: a semaphore's permits, a fair
 	// waiter's place).
-	won(p *plan, o *outcome) kind
+	won(p *plan, o outcome) kind
 	// extend and release return the plans that extend l by ttl, and
 	// release it counting until as its expiration.
 	extend(l *Lock, ttl time.Duration) *plan
@@ -106,7 +106,7 @@ func (plainKind) acquire(resources []string, ttl time.Duration, _ *config) *plan
 	return acquirePlan(resources, ttl)
 }
 
-func (k plainKind) won(*plan, *outcome) kind { return k }
+func (k plainKind) won(*plan, outcome) kind { return k }
 
 func (plainKind) extend(l *Lock, ttl time.Duration) *plan {
 	return extendPlanWith(l.resources, l.life.valueArg(l.value), l.until(), ttl)

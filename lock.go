@@ -249,7 +249,7 @@ func (r *Redlock) grant(ctx context.Context, cfg *config, k kind, p *plan) (*Loc
 		resources: p.res,
 		value:     o.value,
 		token:     o.token,
-		kind:      k.won(p, &o),
+		kind:      k.won(p, o),
 		attempts:  o.attempts,
 		life:      &g.life,
 	}

@@ -67,7 +67,7 @@ func (k semaphoreKind) acquire(resources []string, ttl time.Duration, _ *config)
 
 // won keeps the permits the quorum took: "2,1" is permit 2 of the first
 // resource, 1 of the second.
-func (k semaphoreKind) won(_ *plan, o *outcome) kind {
+func (k semaphoreKind) won(_ *plan, o outcome) kind {
 	if o.choice != "" {
 		parts := strings.Split(o.choice, ",")
 		k.picks = make([]any, len(parts))

@@ -47,7 +47,7 @@ func (k sharedKind) acquire(resources []string, ttl time.Duration, _ *config) *p
 	return p
 }
 
-func (k sharedKind) won(*plan, *outcome) kind { return k }
+func (k sharedKind) won(*plan, outcome) kind { return k }
 
 func (k sharedKind) extend(l *Lock, ttl time.Duration) *plan {
 	p := newExtendPlan(l.resources, l.value, l.until(), ttl)
