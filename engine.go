@@ -618,8 +618,9 @@ type plan struct {
 	res  []string // the resources: the first of keys (a kind may add its own keys after them)
 	// args are the script's ARGV; an acquire's value, args[0], is drawn
 	// for each attempt (freshValue) into a copy of its own. A plan is
-	// never written after it is made: what a call's attempts share (the
-	// value, a release's deletes) is execute's.
+	// not written while its call runs (only given back after: free):
+	// what a call's attempts share (the value, a release's deletes) is
+	// execute's.
 	args []any
 
 	// ttl, when set, is the ttl the operation writes: an attempt whose

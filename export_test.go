@@ -45,6 +45,6 @@ func PoisonStates(on bool) { poisonStates.Store(on) }
 // and how many were marked released instead (PoisonStates).
 func StatesReused() (back, marked int64) { return reused.Load(), (poisoned.Load() + 1) / 2 }
 
-// PlansFreed returns how many plans of acquires and releases their calls
-// gave back (counted with PoisonStates set).
+// PlansFreed returns how many plans of acquires, extensions and releases
+// their calls gave back (counted with PoisonStates set).
 func PlansFreed() int64 { return plansFreed.Load() }

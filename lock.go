@@ -344,6 +344,7 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 	for i := range p.ext.lost {
 		if p.ext.drops[i].Idle() && !p.ext.doubted[i].Load() { // a drop still out may land after any write
 			p.ext.lost[i].Store(false) // a quorum held it without them: they hold it again
+			p.ext.suspect[i].Store(false)
 		}
 	}
 	lock.extended.Store(true)
@@ -529,6 +530,9 @@ type lockLife struct {
 	// again: its first copy may land at any time, so they stay lost for
 	// the lock's life (made with lostOn).
 	doubted []atomic.Bool
+	// suspect marks the nodes lost only on suspicion (see failedFor):
+	// never dropped while the lock may be held (made with lostOn).
+	suspect []atomic.Bool
 	// Under mu: holder is the lock's place among the Waker's holders (see
 	// hold); forcedErr, the force release heard; onForced, whenForced's hooks.
 	holder    *wake.Holder
@@ -626,6 +630,7 @@ type extension struct {
 	lost    []atomic.Bool   // the lock's (lockLife.lostOn)
 	drops   []flight.Flight // the lock's (lockLife.drops)
 	doubted []atomic.Bool   // the lock's (lockLife.doubted)
+	suspect []atomic.Bool   // the lock's (lockLife.suspect)
 	life    *lockLife
 	seq     uint64        // its number among the lock's Extend calls (lockLife.extSeq)
 	unknown []atomic.Bool // the call's: sent, and no answer came in an attempt not won
@@ -650,6 +655,7 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 	case rep.Restored && !won:
 		x.restores.Store(true)
 		x.lost[i].Store(true)
+		x.suspect[i].Store(false) // it surely wrote keys back
 	case err != nil && !isReply(err) && sent && !won:
 		x.unknown[i].Store(true)
 	case err == nil && (x.lost[i].Load() || x.unknown[i].Load() && x.restores.Load()):
@@ -672,14 +678,17 @@ func (x *extension) judge(i int, rep script.Reply, err error, won, sent bool) er
 			// delete a key it counted (a node whose answer came late to
 			// a failed Extend). What this answer shows is only marked.
 			if x.unknown[i].Load() && x.restores.Load() {
-				x.lost[i].Store(true) // it may have written keys back: no vote until a win without it
+				x.suspected(i) // it may have written keys back: no vote until a win without it
 			}
 			return err
 		}
-		if x.unknown[i].Load() && x.restores.Load() && !x.lost[i].Swap(true) {
-			x.drop(i) // its answer came after the call failed: it may have written keys back
-		} else if rep.Restored {
-			x.drop(i)
+		if x.unknown[i].Load() && x.restores.Load() {
+			// An earlier call of it may have written keys back: no vote
+			// until a win without it. What it holds stays (see failedFor).
+			x.suspected(i)
+		}
+		if rep.Restored {
+			x.drop(i) // it wrote keys back: it did not hold the lock
 		}
 	}
 	return err
@@ -696,16 +705,31 @@ func (x *extension) silent(i int, won bool) {
 // failedFor ends an Extend call that failed: it releases the lock where
 // the call wrote it back, or on every node when the lock is gone from a
 // quorum (expired), and so does each write of the call that lands later.
+// A node whose answer never came, while another's showed that keys were
+// lost, may have written them back too: it votes for the lock no more
+// until an extension wins without it, but what it holds stays while the
+// lock may still be held (its key may be the lock's since it was won:
+// deleting it there could leave the lock on fewer than a quorum of nodes
+// while its handle is valid, and another caller could take it).
 func (x *extension) failedFor(n int, expired bool) {
 	x.expired.Store(expired)
 	x.failed.Store(true)
 	for i := range n {
 		if x.unknown[i].Load() && x.restores.Load() {
-			x.lost[i].Store(true) // it may have written keys back
+			x.suspected(i) // it may have written keys back
 		}
-		if expired || x.lost[i].Load() {
+		if expired || x.lost[i].Load() && !x.suspect[i].Load() {
 			x.drop(i)
 		}
+	}
+}
+
+// suspected marks node i lost on suspicion, unless it is lost already.
+// (suspect is written first: who reads lost, then suspect, sees both.)
+func (x *extension) suspected(i int) {
+	if !x.lost[i].Load() {
+		x.suspect[i].Store(true)
+		x.lost[i].Store(true)
 	}
 }
 
@@ -722,7 +746,7 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 	lost, drops, doubted := lf.lostNodes(r.size())
 	lf.mu.Lock()
 	lf.extSeq++
-	x := &extension{lost: lost, drops: drops, doubted: doubted, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
+	x := &extension{lost: lost, drops: drops, doubted: doubted, suspect: lf.suspect, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
 	lf.mu.Unlock()
 	u := undoOf(p)
 	x.drop = func(i int) {
@@ -735,6 +759,7 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 			return
 		}
 		lost[i].Store(true)
+		x.suspect[i].Store(false)
 		drops[i].Add()
 		lf.mu.Unlock()
 		r.dropOn(lock, cfg, u, i, &drops[i], &doubted[i])
@@ -774,7 +799,8 @@ func (lf *lockLife) lostNodes(n int) ([]atomic.Bool, []flight.Flight, []atomic.B
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	if lf.lostOn == nil {
-		lf.lostOn, lf.drops, lf.doubted = make([]atomic.Bool, n), make([]flight.Flight, n), make([]atomic.Bool, n)
+		marks := make([]atomic.Bool, 3*n)
+		lf.lostOn, lf.doubted, lf.suspect, lf.drops = marks[:n:n], marks[n:2*n:2*n], marks[2*n:], make([]flight.Flight, n)
 	}
 	return lf.lostOn, lf.drops, lf.doubted
 }

@@ -796,3 +796,37 @@ func TestLostLockLeavesNothingWhenLateWriteBacksGoUnanswered(t *testing.T) {
 	_, err = other.Acquire(ctx, []string{"gone2"}, time.Second, redlock.WithRetryCount(0))
 	assert.NoError(t, err, "a lock reported lost blocks others")
 }
+
+// TestFailedExtendKeepsANodeThatMayHoldTheLock: five nodes, the lock held
+// on nodes 0-2 (lost on 3 and 4, as by a restart), then an Extend that
+// nodes 3 and 4 answer with a write-back, and whose reply from node 1 is
+// lost (its PEXPIRE lands). The Extend fails, and the lock is still valid: node 1 still
+// holds it, with nodes 0 and 2, so no one else can take it while the
+// handle says it is held. Before: node 1's unanswered call counted as a
+// possible write-back and was dropped (its key deleted), which left the
+// lock on 2 of 5 nodes while its handle was valid, and another caller
+// took it (helper-31's probe; 2 of 6 runs).
+func TestFailedExtendKeepsANodeThatMayHoldTheLock(t *testing.T) {
+	t.Parallel()
+	f := newProxied(t, 5, append(fast, redlock.WithNodeTimeout(100*time.Millisecond))...)
+	ctx := context.Background()
+	other, _ := ownRedlock(t, f, direct, redlock.WithRetryCount(0))
+	l, err := f.rl.Acquire(ctx, []string{"kept"}, 10*time.Second)
+	require.NoError(t, err)
+	settled(t, f, "kept", l.Value())
+	for i := 3; i < 5; i++ {
+		require.NoError(t, f.Peek[i].Del(ctx, "kept").Err()) // lost there, as by a restart
+	}
+	f.Proxies[1].Set(redistest.DropReplies) // its PEXPIRE lands, its answer never comes
+	_, err = l.Extend(ctx, 10*time.Second, redlock.WithRetryCount(0))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, redlock.ErrLockExpired, "a quorum held it throughout")
+	f.Proxies[1].Heal()
+	// What the failed Extend sends after it (its drops, their copies held
+	// and sent again when the node answers) has landed by now.
+	time.Sleep(time.Second)
+	require.True(t, l.Valid(), "the lock was not lost")
+	assert.GreaterOrEqual(t, holders(f, "kept", l.Value()), 3, "the lock's value stays on a quorum while its handle is valid")
+	_, err = other.Acquire(ctx, []string{"kept"}, 10*time.Second)
+	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "no one else takes a lock whose handle is valid")
+}
