@@ -475,9 +475,9 @@ func TestExtenderHaltWaitsForUsingsExtension(t *testing.T) {
 	t.Parallel()
 	for _, abort := range []bool{false, true} {
 		var cut atomic.Bool
-		done := make(chan struct{})
-		e := &extender{abort: abort, flight: true, done: done, xcancel: func() { cut.Store(true) },
+		e := &extender{abort: abort, flight: true, xcancel: func() { cut.Store(true) },
 			next: time.NewTimer(time.Hour), end: time.NewTimer(time.Hour)}
+		e.landed.Add(1) // the extension on its way
 		halted := make(chan struct{})
 		go func() {
 			e.halt()
@@ -493,7 +493,7 @@ func TestExtenderHaltWaitsForUsingsExtension(t *testing.T) {
 			}
 		}
 		assert.Equal(t, abort, cut.Load(), "abort %v: the extension cut short", abort)
-		close(done)
+		e.landed.Done()
 		<-halted
 		assert.False(t, e.next.Stop(), "the next extension's timer stopped")
 		assert.True(t, e.end.Stop(), "abort %v: the cancel point's timer left for the extension on its way", abort)

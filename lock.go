@@ -640,7 +640,12 @@ type extension struct {
 	restores atomic.Bool
 	failed   atomic.Bool // the call failed: a write-back that lands later is undone
 	expired  atomic.Bool // it failed for good: any write that lands later is undone
-	drop     func(node int)
+	// What drop needs, kept from the call (its plan goes back to the pool
+	// when it returns, before its late answers).
+	r    *Redlock
+	lock *Lock
+	cfg  *config
+	u    undo
 }
 
 // judge turns node i's answer to the extension (rep, err) into its vote:
@@ -746,25 +751,27 @@ func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
 	lost, drops, doubted := lf.lostNodes(r.size())
 	lf.mu.Lock()
 	lf.extSeq++
-	x := &extension{lost: lost, drops: drops, doubted: doubted, suspect: lf.suspect, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size())}
+	x := &extension{lost: lost, drops: drops, doubted: doubted, suspect: lf.suspect, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size()),
+		r: r, lock: lock, cfg: cfg, u: undoOf(p)}
 	lf.mu.Unlock()
-	u := undoOf(p)
-	x.drop = func(i int) {
-		// Only the newest Extend drops, and a later one counts the node
-		// lost until the drop is answered: no drop lands after a write
-		// that an extension counted.
-		lf.mu.Lock()
-		if lf.extSeq != x.seq && !lf.gone.Load() {
-			lf.mu.Unlock()
-			return
-		}
-		lost[i].Store(true)
-		x.suspect[i].Store(false)
-		drops[i].Add()
-		lf.mu.Unlock()
-		r.dropOn(lock, cfg, u, i, &drops[i], &doubted[i])
-	}
 	return x
+}
+
+// drop releases the lock on node i (dropOn). Only the newest Extend drops,
+// and a later one counts the node lost until the drop is answered: no drop
+// lands after a write that an extension counted.
+func (x *extension) drop(i int) {
+	lf := x.life
+	lf.mu.Lock()
+	if lf.extSeq != x.seq && !lf.gone.Load() {
+		lf.mu.Unlock()
+		return
+	}
+	x.lost[i].Store(true)
+	x.suspect[i].Store(false)
+	x.drops[i].Add()
+	lf.mu.Unlock()
+	x.r.dropOn(x.lock, x.cfg, x.u, i, &x.drops[i], &x.doubted[i])
 }
 
 // undo is how a lock's keys are released on one node (see dropOn), read

@@ -189,10 +189,10 @@ type extender struct {
 	// cancel point of the newest Lock (its validity's end less margin).
 	next, end *time.Timer
 	// flight is set while an extension is on its way: xcancel cuts it
-	// short, and done is closed when it has returned.
+	// short, and landed is done when it has returned.
 	flight  bool
 	xcancel context.CancelFunc
-	done    chan struct{}
+	landed  sync.WaitGroup
 	halted  bool // fn has returned
 	over    bool // halted, or lost: nothing more starts
 	unwatch func()
@@ -222,10 +222,10 @@ func (e *extender) halt() (*Lock, error) {
 	e.mu.Lock()
 	e.halted, e.over = true, true
 	e.next.Stop()
-	done := e.done
+	wait := e.flight
 	if e.flight && e.abort {
 		e.xcancel()
-		done = nil
+		wait = false
 	}
 	if !e.flight {
 		e.end.Stop()
@@ -235,8 +235,8 @@ func (e *extender) halt() (*Lock, error) {
 	if unwatch != nil {
 		unwatch()
 	}
-	if done != nil {
-		<-done
+	if wait {
+		e.landed.Wait() // no extension starts after halt (over): landed is not reused
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -263,9 +263,12 @@ func (e *extender) due() {
 		return
 	}
 	lock := e.lock
-	xctx, cancel := context.WithDeadline(e.base, lock.until())
-	done := make(chan struct{})
-	e.flight, e.xcancel, e.done = true, cancel, done
+	// No deadline of its own (a timer per extension): the cancel point,
+	// which comes before the validity's end, cuts it short (atCancelPoint),
+	// as a force release heard does and, for a term, fn's return (halt).
+	xctx, cancel := context.WithCancel(e.base)
+	e.landed.Add(1)
+	e.flight, e.xcancel = true, cancel
 	e.mu.Unlock()
 
 	l, err := lock.Extend(xctx, e.ttl) // the Lock carries Using's options
@@ -274,11 +277,11 @@ func (e *extender) due() {
 	report := func() {}
 	e.mu.Lock()
 	defer func() {
-		e.flight, e.xcancel, e.done = false, nil, nil
+		e.flight, e.xcancel = false, nil
 		if e.halted {
 			e.end.Stop()
 		}
-		close(done)
+		e.landed.Done()
 		e.mu.Unlock()
 		report()
 	}()
