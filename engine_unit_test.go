@@ -464,7 +464,7 @@ func TestExtenderStartsNothingOnceHalted(t *testing.T) {
 	e := &extender{over: true}
 	require.NotPanics(t, e.due, "an extension after fn returned")
 	require.NotPanics(t, e.atCancelPoint)
-	require.NotPanics(t, e.forced)
+	require.NotPanics(t, func() { e.lost(errors.New("lost")) })
 }
 
 // halt waits for Using's extension on its way; a term's (abort) it cuts

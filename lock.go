@@ -328,8 +328,11 @@ func (r *Redlock) extend(ctx context.Context, lock *Lock, ttl time.Duration, opt
 		if expired {
 			// Gone from a quorum, or its validity over: the lock is lost
 			// (before its drops: a late answer of an earlier Extend then
-			// drops what it wrote).
+			// drops what it wrote), and its holder is told before the
+			// drops go (a Using's fn, a term): they free nodes that may
+			// still hold it, where another caller could take it.
 			lock.life.gone.Store(true)
+			lock.life.lostBy(o.err)
 		}
 		if o.tries > 0 {
 			// What it wrote back goes; all of the lock when it is lost.
@@ -534,10 +537,12 @@ type lockLife struct {
 	// never dropped while the lock may be held (made with lostOn).
 	suspect []atomic.Bool
 	// Under mu: holder is the lock's place among the Waker's holders (see
-	// hold); forcedErr, the force release heard; onForced, whenForced's hooks.
+	// hold); forcedErr, the force release heard; lostErr, the first loss
+	// (forcedErr, or an extension's: see lostBy); onLost, whenLost's hooks.
 	holder    *wake.Holder
 	forcedErr *ExecutionError
-	onForced  []*forcedHook
+	lostErr   error
+	onLost    []*lostHook
 }
 
 // reportLost tells cfg's observer, once per lock, that it was lost.
@@ -927,38 +932,62 @@ func (lf *lockLife) forced(r *Redlock, node int, key string) {
 	}
 	lf.forcedErr = err
 	lf.gone.Store(true) // under mu: startRelease hands no lost lock over
-	hooks := lf.onForced
-	lf.onForced = nil
+	hooks := lf.takeLost(err)
 	lf.mu.Unlock()
 	for _, h := range hooks {
-		h.f()
+		h.f(err)
 	}
 	r.unhold(lf)
 }
 
-// whenForced has f called once a force release of the lock is heard (at
-// once when it was), until the returned func is called.
-func (lf *lockLife) whenForced(f func()) (stop func()) {
+// lostBy tells whenLost's hooks that an extension found the lock gone from
+// a quorum (err), before that extension releases it anywhere: Using's
+// context and a term end before another caller can take the lock.
+func (lf *lockLife) lostBy(err error) {
 	lf.mu.Lock()
-	if lf.forcedErr != nil {
+	hooks := lf.takeLost(err)
+	lf.mu.Unlock()
+	for _, h := range hooks {
+		h.f(err)
+	}
+}
+
+// takeLost records err as the lock's first loss and returns the hooks to
+// call with it; none when it was lost already. Called with mu held.
+func (lf *lockLife) takeLost(err error) []*lostHook {
+	if lf.lostErr != nil {
+		return nil
+	}
+	lf.lostErr = err
+	hooks := lf.onLost
+	lf.onLost = nil
+	return hooks
+}
+
+// whenLost has f called with the error once the lock is lost: a force
+// release heard, or an extension that found it gone from a quorum (at once
+// when it was), until the returned func is called.
+func (lf *lockLife) whenLost(f func(error)) (stop func()) {
+	lf.mu.Lock()
+	if err := lf.lostErr; err != nil {
 		lf.mu.Unlock()
-		f()
+		f(err)
 		return func() {}
 	}
-	h := &forcedHook{f: f}
-	lf.onForced = append(lf.onForced, h)
+	h := &lostHook{f: f}
+	lf.onLost = append(lf.onLost, h)
 	lf.mu.Unlock()
 	return func() {
 		lf.mu.Lock()
 		defer lf.mu.Unlock()
-		if i := slices.Index(lf.onForced, h); i >= 0 {
-			lf.onForced = slices.Delete(lf.onForced, i, i+1)
+		if i := slices.Index(lf.onLost, h); i >= 0 {
+			lf.onLost = slices.Delete(lf.onLost, i, i+1)
 		}
 	}
 }
 
-// forcedHook is one whenForced call's f.
-type forcedHook struct{ f func() }
+// lostHook is one whenLost call's f.
+type lostHook struct{ f func(error) }
 
 // forcedError returns the force release heard, or nil.
 func (lf *lockLife) forcedError() error {

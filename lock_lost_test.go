@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -829,4 +830,68 @@ func TestFailedExtendKeepsANodeThatMayHoldTheLock(t *testing.T) {
 	assert.GreaterOrEqual(t, holders(f, "kept", l.Value()), 3, "the lock's value stays on a quorum while its handle is valid")
 	_, err = other.Acquire(ctx, []string{"kept"}, 10*time.Second)
 	assert.ErrorIs(t, err, redlock.ErrResourceLocked, "no one else takes a lock whose handle is valid")
+}
+
+// TestLostLockEndsItsHolderBeforeItIsReleased: a Using whose extension
+// finds the lock gone from a quorum (its keys lost on nodes 3 and 4, as by
+// a restart, and node 1 suspect after a lost reply) releases it on every
+// node, and fn's context ends before that release is sent: no other caller
+// takes the lock while fn's context is live, even with an observer whose
+// Lost hook takes 300 ms. Before: the release went out first, and the
+// context ended only when the Extend had returned, after the observer's
+// hooks (helper-32: another holder for 299.8 ms; for a term, 16-98 ms with
+// a Done hook of 20-100 ms).
+func TestLostLockEndsItsHolderBeforeItIsReleased(t *testing.T) {
+	t.Parallel()
+	failed := make(chan struct{}, 1)
+	obs := &redlock.Observer{
+		Lost: func(redlock.LostInfo) { time.Sleep(300 * time.Millisecond) },
+		Done: func(ci redlock.CallInfo) {
+			if ci.Op == redlock.OpExtend && ci.Err != nil {
+				select {
+				case failed <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}
+	f := newProxied(t, 5, append(fast, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithObserver(obs))...)
+	other, _ := ownRedlock(t, f, direct, fast...)
+	ctx := context.Background()
+	var fnCtx atomic.Pointer[context.Context]
+	took := make(chan bool, 1) // whether fn's context had ended when the other caller got the lock
+	err := f.rl.Using(ctx, []string{"ended"}, 2*time.Second, func(c context.Context) error {
+		fnCtx.Store(&c)
+		value, _ := redlock.ValueFrom(c)
+		settled(t, f, "ended", value)
+		for i := 3; i < 5; i++ {
+			require.NoError(t, f.Peek[i].Del(ctx, "ended").Err()) // lost there, as by a restart
+		}
+		f.Proxies[1].Set(redistest.DropReplies)
+		select {
+		case <-failed: // an extension failed with node 1's answer lost: it is suspect
+		case <-time.After(5 * time.Second):
+			return errors.New("no extension failed within 5 s")
+		}
+		f.Proxies[1].Heal()
+		go func() {
+			l, err := other.Acquire(ctx, []string{"ended"}, time.Second, redlock.WithRetryCount(-1))
+			if err != nil {
+				took <- false
+				return
+			}
+			took <- (*fnCtx.Load()).Err() != nil
+			_, _ = l.Release(ctx)
+		}()
+		<-c.Done()
+		return context.Cause(c)
+	}, redlock.WithAutomaticExtensionThreshold(1500*time.Millisecond))
+	require.ErrorIs(t, err, redlock.ErrExtensionFailed)
+	require.ErrorIs(t, err, redlock.ErrLockExpired)
+	select {
+	case ended := <-took:
+		assert.True(t, ended, "the other caller took the lock while fn's context was live")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other caller did not get the lock within 10 s")
+	}
 }

@@ -207,7 +207,7 @@ func (e *extender) start(ctx context.Context) {
 	e.end = time.AfterFunc(time.Until(e.cancelPoint()), e.atCancelPoint)
 	e.next = time.AfterFunc(time.Until(e.lock.until())-e.cfg.extensionThreshold, e.due)
 	e.mu.Unlock()
-	unwatch := life.whenForced(e.forced) // may call it at once
+	unwatch := life.whenLost(e.lost) // may call it at once
 	e.mu.Lock()
 	e.unwatch = unwatch
 	e.mu.Unlock()
@@ -334,15 +334,17 @@ func (e *extender) atCancelPoint() {
 	report()
 }
 
-// forced ends fn's context when a force release of the lock is heard, not
-// when the next extension fails, and cuts short one on its way.
-func (e *extender) forced() {
+// lost ends fn's context when the lock is lost (err): when a force release
+// of it is heard, not when the next extension fails; or when an extension
+// found it gone from a quorum, before that extension releases it. It cuts
+// short an extension on its way.
+func (e *extender) lost(err error) {
 	e.mu.Lock()
 	if e.over {
 		e.mu.Unlock()
 		return
 	}
-	report := e.lose(e.lock.life.forcedError())
+	report := e.lose(err)
 	if e.flight {
 		e.xcancel()
 	}
