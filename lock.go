@@ -619,8 +619,11 @@ func (lf *lockLife) extendedTo(t time.Time) {
 //     lock's spread) but that node votes against; so does a node whose keys
 //     an earlier attempt or failed extension of the lock wrote back, until
 //     an extension wins without it.
-//   - A failed extension leaves nothing: what it wrote back is released,
-//     and when the lock is gone from a quorum, every node's copy is.
+//   - A failed extension leaves nothing it surely wrote back: that is
+//     released, and when the lock is gone from a quorum, every node's copy
+//     is, once its holder was told (Using's fn context, a term). A node
+//     whose answer was lost is only suspect: it may hold the lock, so it
+//     keeps its key while the lock may be held.
 //   - No release of a failed extension undoes a later one: only the newest
 //     Extend drops; a node stays lost while a drop to it is out (for the
 //     lock's life if a copy of it went unanswered, as it may land any
