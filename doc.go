@@ -94,7 +94,8 @@
 //     the lock. A node that lost its key (a restart without persistence)
 //     gets it back at the next extension, so a rolling restart keeps every
 //     lock, but votes against; a lock gone from a quorum is never reported
-//     held, and a force release ends its holder's lock at once.
+//     held, its holder (Using's fn, a term) is told before what is left of
+//     it is released, and a force release ends its holder's lock at once.
 //
 // # Limits
 //
