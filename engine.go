@@ -646,7 +646,7 @@ type plan struct {
 	// (quorum.attempt).
 	choices bool
 	// undo, when set, is the script that releases a failed attempt's
-	// writes (an acquire's), or a failed extension's (see dropOn), on
+	// writes (an acquire's), or a failed extension's (see extension.drop), on
 	// undoKeys with ARGV value, undoArgs... (a kind's own); else
 	// script.Cleanup on the resources.
 	undo     *script.Script
@@ -748,8 +748,8 @@ func releasePlanWith(resources []string, args []any, until time.Time) *plan {
 		until: until, pastUntil: oneAttemptPastUntil})
 }
 
-// plans holds the plans of acquires and releases between calls (see
-// pooled); plansFreed counts, with poisonStates set, those given back.
+// plans holds the plans of acquires, extensions and releases between calls
+// (see pooled); plansFreed counts, with poisonStates set, those given back.
 var (
 	plans      sync.Pool
 	plansFreed atomic.Int64

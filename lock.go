@@ -521,9 +521,9 @@ type lockLife struct {
 	// ForceRelease included) and bring back a lock that was lost.
 	gone atomic.Bool
 	// lost marks the nodes whose keys an extension wrote back, until an
-	// extension wins without them (see extension); made by lostNodes.
+	// extension wins without them (see extension); made by newExtension.
 	lostOn []atomic.Bool
-	// drops counts, per node, the drops of the lock (dropOn) not yet
+	// drops counts, per node, the drops of the lock (extension.drop) not yet
 	// answered: such a node stays lost, since its drop may land after a
 	// later extension's write (made with lostOn). extSeq numbers the
 	// Extend calls, under mu: only the newest drops anything.
@@ -753,21 +753,29 @@ func (x *extension) superseded() bool {
 	return x.life.extSeq != x.seq
 }
 
-// newExtension returns the record of p, an Extend of lock under cfg.
+// newExtension returns the record of p, an Extend of lock under cfg. The
+// lock's record of its lost nodes and drops (lockLife.lostOn) is made on
+// its first Extend.
 func (r *Redlock) newExtension(lock *Lock, cfg *config, p *plan) *extension {
-	lf := lock.life
-	lost, drops, doubted := lf.lostNodes(r.size())
+	lf, n := lock.life, r.size()
 	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if lf.lostOn == nil {
+		marks := make([]atomic.Bool, 3*n)
+		lf.lostOn, lf.doubted, lf.suspect, lf.drops = marks[:n:n], marks[n:2*n:2*n], marks[2*n:], make([]flight.Flight, n)
+	}
 	lf.extSeq++
-	x := &extension{lost: lost, drops: drops, doubted: doubted, suspect: lf.suspect, life: lf, seq: lf.extSeq, unknown: make([]atomic.Bool, r.size()),
-		r: r, lock: lock, cfg: cfg, u: undoOf(p)}
-	lf.mu.Unlock()
-	return x
+	return &extension{lost: lf.lostOn, drops: lf.drops, doubted: lf.doubted, suspect: lf.suspect, life: lf, seq: lf.extSeq,
+		unknown: make([]atomic.Bool, n), r: r, lock: lock, cfg: cfg, u: undoOf(p)}
 }
 
-// drop releases the lock on node i (dropOn). Only the newest Extend drops,
-// and a later one counts the node lost until the drop is answered: no drop
-// lands after a write that an extension counted.
+// drop releases the lock on node i, sent on its own, with the kind's
+// cleanup (only its own value, announcing nothing: the lock's holder would
+// take an announcement of its value for a force release): a failed
+// extension's write-back, or what is left of a lock gone from a quorum.
+// Only the newest Extend drops, and a later one counts the node lost until
+// the drop is answered: no drop lands after a write that an extension
+// counted.
 func (x *extension) drop(i int) {
 	lf := x.life
 	lf.mu.Lock()
@@ -779,11 +787,16 @@ func (x *extension) drop(i int) {
 	x.suspect[i].Store(false)
 	x.drops[i].Add()
 	lf.mu.Unlock()
-	x.r.dropOn(x.lock, x.cfg, x.u, i, &x.drops[i], &x.doubted[i])
+	u := x.u
+	s, keys, args := script.Cleanup, u.res, []any{x.lock.value}
+	if u.s != nil {
+		s, keys, args = u.s, u.keys, append([]any{x.lock.value}, u.args...)
+	}
+	sendCleanup(x.cfg, x.r.nodes[i], s, u.res, keys, args, u.acked, &x.drops[i], &x.doubted[i])
 }
 
-// undo is how a lock's keys are released on one node (see dropOn), read
-// from its extension's plan, which the call gives back when it returns.
+// undo is how drop releases a lock's keys, read from its extension's plan,
+// which the call gives back when it returns.
 type undo struct {
 	s         *script.Script // nil: script.Cleanup on res
 	res, keys []string
@@ -794,30 +807,6 @@ type undo struct {
 // undoOf returns p's undo.
 func undoOf(p *plan) undo {
 	return undo{s: p.undo, res: p.res, keys: p.undoKeys, args: p.undoArgs, acked: p.acked}
-}
-
-// dropOn releases p's lock on node i, sent on its own, with the kind's
-// cleanup (only its own value, announcing nothing: the lock's holder would
-// take an announcement of its value for a force release): a failed
-// extension's write-back, or what is left of a lock gone from a quorum.
-func (r *Redlock) dropOn(lock *Lock, cfg *config, u undo, i int, pending *flight.Flight, doubt *atomic.Bool) {
-	s, keys, args := script.Cleanup, u.res, []any{lock.value}
-	if u.s != nil {
-		s, keys, args = u.s, u.keys, append([]any{lock.value}, u.args...)
-	}
-	sendCleanup(cfg, r.nodes[i], s, u.res, keys, args, u.acked, pending, doubt)
-}
-
-// lostNodes returns the lock's record of the nodes whose keys an extension
-// wrote back (see extension), and of its drops out, made on first use.
-func (lf *lockLife) lostNodes(n int) ([]atomic.Bool, []flight.Flight, []atomic.Bool) {
-	lf.mu.Lock()
-	defer lf.mu.Unlock()
-	if lf.lostOn == nil {
-		marks := make([]atomic.Bool, 3*n)
-		lf.lostOn, lf.doubted, lf.suspect, lf.drops = marks[:n:n], marks[n:2*n:2*n], marks[2*n:], make([]flight.Flight, n)
-	}
-	return lf.lostOn, lf.drops, lf.doubted
 }
 
 // hold makes l listen for release announcements of its own value (its

@@ -16,8 +16,10 @@ import (
 // allocated). The suite runs with every other such state marked released
 // instead (redlock.PoisonStates), so a handler that read one afterwards
 // would panic in whichever test made it.
+//
+// Not parallel: it counts the states let go in the whole process, and the
+// other tests' would count too, so that it could not fail beside them.
 func TestAttemptStatesAreLetGo(t *testing.T) {
-	t.Parallel()
 	rl := newNodes(t, 3).rl
 	ctx := context.Background()
 	back0, marked0 := redlock.StatesReused()
@@ -40,8 +42,10 @@ func TestAttemptStatesAreLetGo(t *testing.T) {
 // their plan back when they return, for the next call to reuse. With the suite's
 // redlock.PoisonStates, every other one is marked instead, and a step of a
 // call that read it afterwards would panic in whichever test made it.
+//
+// Not parallel: it counts the plans given back in the whole process, and
+// the other tests' would count too, so that it could not fail beside them.
 func TestPlansAreGivenBack(t *testing.T) {
-	t.Parallel()
 	rl := newNodes(t, 3).rl
 	ctx := context.Background()
 	const n = 20
