@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-redlock/redlock/internal/flight"
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/pause"
 	"github.com/go-redlock/redlock/internal/script"
 )
 
@@ -86,7 +87,13 @@ type attemptState struct {
 	// setting up a connection (whose time does not count against the
 	// node's timeout): the lock's validity for an operation that writes a
 	// ttl, else the deadline (a release is bounded by the node timeout).
-	limit   time.Time
+	limit time.Time
+	valid bool // limit is the lock's validity: no wait goes past it
+	// paused marks the start for internal/pause: the time this process
+	// was paused during the attempt is added to each node's timeout (not
+	// past a validity), as a lane's watchdog adds it, since an answer
+	// that came meanwhile waits unread in the socket.
+	paused  pause.Mark
 	votes   chan int // the nodes that voted, each once (its vote in nodes[i].v): room for every node, so a send never blocks
 	nodes   []nodeCall
 	outcome atomic.Int32
@@ -208,8 +215,9 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	as := newAttemptState(n)
 	as.q, as.cfg, as.op, as.ctx, as.keys, as.raises, as.acked, as.timeout, as.deadline = q, cfg, p.op, ctx, p.res, p.raises, p.acked, timeout, st.Start.Add(timeout)
 	as.deleted, as.limit, as.abandon, as.ext = deleted, as.deadline, p.abandon, p.ext
+	as.paused = pause.Now(st.Start)
 	if p.ttl > 0 {
-		as.limit = st.Start.Add(p.ttl - drift(cfg.driftFactor, p.ttl))
+		as.limit, as.valid = st.Start.Add(p.ttl-drift(cfg.driftFactor, p.ttl)), true
 	}
 	if p.undoFailed {
 		as.own = cleanup{value: args[0], s: script.Cleanup, keys: p.res}
@@ -541,6 +549,7 @@ var errReleaseStarted = errors.New("not sent: a release of the lock started")
 // next node's time is up, or 0 when every node has voted.
 func (as *attemptState) expire(p *plan) time.Duration {
 	now := time.Now()
+	paused := pause.Since(as.paused, now)
 	var next time.Duration
 	for i := range as.nodes {
 		nc := &as.nodes[i]
@@ -548,7 +557,10 @@ func (as *attemptState) expire(p *plan) time.Duration {
 			continue
 		}
 		end := as.limit
-		if dl := as.deadline.Add(time.Duration(nc.setUp.Load())); nc.state.Load() != callConnecting && dl.Before(end) {
+		if !as.valid {
+			end = end.Add(paused) // a release's limit is its deadline
+		}
+		if dl := as.deadline.Add(time.Duration(nc.setUp.Load()) + paused); nc.state.Load() != callConnecting && dl.Before(end) {
 			end = dl
 		}
 		if left := end.Sub(now); left > 0 {
@@ -652,8 +664,13 @@ func (as *attemptState) sending(i int) bool {
 		return true
 	case as.ctx.Err() != nil:
 		why = as.ctx.Err()
-	case !time.Now().Before(deadline), !time.Now().Before(as.limit):
+	case !time.Now().Before(as.limit):
 		why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
+	case !time.Now().Before(deadline):
+		// Late: unless this process was paused meanwhile for as long.
+		if now := time.Now(); !now.Before(deadline.Add(pause.Since(as.paused, now))) {
+			why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
+		}
 	}
 	if why != nil {
 		as.skip(i)

@@ -26,7 +26,8 @@ func TestLayers(t *testing.T) {
 	const mod = "github.com/go-redlock/redlock/"
 	allowed := map[string][]string{
 		"driver":          {"github.com/redis/go-redis/v9"},
-		"internal/lane":   {"github.com/redis/go-redis/v9", mod + "driver", mod + "internal/flight", mod + "internal/slot"},
+		"internal/lane":   {"github.com/redis/go-redis/v9", mod + "driver", mod + "internal/flight", mod + "internal/pause", mod + "internal/slot"},
+		"internal/pause":  nil,
 		"internal/wake":   {mod + "driver", mod + "internal/flight"},
 		"internal/script": {mod + "internal/slot"},
 		"internal/slot":   nil,

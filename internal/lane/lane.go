@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/pause"
 )
 
 // MaxHeld bounds the releases a lane holds while its breaker is open; past
@@ -485,14 +486,15 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	l.mu.Unlock()
 	if w == nil {
 		w = &watchdog{l: l}
+		// Made stopped: fire reads w.t (to wait longer), which is set
+		// before the Reset below, and so before it fires.
+		w.t = time.AfterFunc(time.Hour, w.fire)
+		w.t.Stop()
 	}
-	w.calls, w.first, w.timeout = calls, first, timeout
+	w.calls, w.first, w.timeout, w.mark = calls, first, timeout, pause.Now(sent)
+	w.granted.Store(0)
 	w.state.Store(batchRunning)
-	if w.t == nil {
-		w.t = time.AfterFunc(timeout, w.fire)
-	} else {
-		w.t.Reset(timeout) // what it was set to above happens before it fires
-	}
+	w.t.Reset(timeout) // what it was set to above happens before it fires
 	ask := how == bySHA && l.node.asking()
 	l.choose(calls, how)
 	if id, answered := l.run(calls, ask); answered {
@@ -502,9 +504,9 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	onTime := w.state.CompareAndSwap(batchRunning, batchAnswered)
 	// Stop reports true only when fire was not started, and never will be
 	// for this round: then nothing but this round holds w, and the next
-	// round may take it. (A watchdog that fired, or whose fire raced this
-	// answer, is left to its goroutine.)
-	idle := w.t.Stop() && onTime
+	// round may take it. (A watchdog that fired, whose fire raced this
+	// answer, or that waited longer for a pause, is left to its goroutine.)
+	idle := w.t.Stop() && onTime && !w.longer.Load()
 	if idle {
 		w.calls, w.first = nil, nil
 	}
@@ -523,17 +525,40 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 // it tells the lane (silent). A lane keeps one idle watchdog, which its
 // next round reuses (see round): an uncontended lane makes no timer per
 // round.
+//
+// The timeout counts the node's silence, not the client's: the time this
+// process was paused while the round was out (internal/pause: stopped,
+// starved of CPU, collecting garbage) is added to it, since an answer that
+// came meanwhile waits unread in the socket. Without it, a client paused
+// past the node timeout found every node silent when it ran again, and
+// opened every breaker: on a 2-core machine holding 20,000 locks, each
+// garbage collection paused the lanes 150-350ms, and most of the locks
+// were lost (benchmarks/README.md).
 type watchdog struct {
 	l       *Lane
-	t       *time.Timer // runs fire; nil until the first round
+	t       *time.Timer // runs fire
 	state   atomic.Int32
 	calls   []*Call
 	first   []Result
 	timeout time.Duration
+	mark    pause.Mark   // the pause measure when the round was sent
+	granted atomic.Int64 // the pause added to timeout so far (ns)
+	longer  atomic.Bool  // set before fire sets the timer again: w is not reused
 }
 
-// fire is the round's silence, unless its answer came first.
+// fire is the round's silence, unless its answer came first or the process
+// was paused meanwhile for longer than what was added for it: then the
+// watchdog waits that much more.
 func (w *watchdog) fire() {
+	if w.state.Load() != batchRunning {
+		return
+	}
+	if p := int64(pause.Since(w.mark, time.Now())); p > w.granted.Load() {
+		more := p - w.granted.Swap(p)
+		w.longer.Store(true)
+		w.t.Reset(time.Duration(more))
+		return
+	}
 	if w.state.CompareAndSwap(batchRunning, batchSilent) {
 		w.l.silent(w.calls, w.first, w.timeout)
 	}
