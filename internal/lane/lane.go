@@ -80,7 +80,8 @@ type Lane struct {
 	// ManyRetry, at the cost of one refused call.
 	manyOff time.Time
 	// rtt is how long the last answered round took (ns), late ones
-	// included: what a timeout's error quotes when it is above the timeout.
+	// included, less the time this process was paused meanwhile: what a
+	// timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64
 	// dog is the watchdog of the lane's last round answered in time, idle,
 	// for its next round to reuse; nil when none is.
@@ -500,7 +501,11 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	if id, answered := l.run(calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
-	l.learn(calls, time.Since(sent))
+	// The round trip, less the time this process was paused meanwhile:
+	// what a timeout's error quotes as the node's (raise the node timeout
+	// above it) is not the client's own pause.
+	now := time.Now()
+	l.learn(calls, now.Sub(sent)-pause.Since(w.mark, now))
 	onTime := w.state.CompareAndSwap(batchRunning, batchAnswered)
 	// Stop reports true only when fire was not started, and never will be
 	// for this round: then nothing but this round holds w, and the next
