@@ -90,9 +90,9 @@ type attemptState struct {
 	limit time.Time
 	valid bool // limit is the lock's validity: no wait goes past it
 	// paused marks the start for internal/pause: the time this process
-	// was paused during the attempt is added to each node's timeout (not
-	// past a validity), as a lane's watchdog adds it, since an answer
-	// that came meanwhile waits unread in the socket.
+	// was paused during the attempt is added to each node's timeout (at
+	// most 3 timeouts, and not past a validity), as a lane's watchdog adds
+	// it, since an answer that came meanwhile waits unread in the socket.
 	paused  pause.Mark
 	votes   chan int // the nodes that voted, each once (its vote in nodes[i].v): room for every node, so a send never blocks
 	nodes   []nodeCall
@@ -215,7 +215,7 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	as := newAttemptState(n)
 	as.q, as.cfg, as.op, as.ctx, as.keys, as.raises, as.acked, as.timeout, as.deadline = q, cfg, p.op, ctx, p.res, p.raises, p.acked, timeout, st.Start.Add(timeout)
 	as.deleted, as.limit, as.abandon, as.ext = deleted, as.deadline, p.abandon, p.ext
-	as.paused = pause.Now(st.Start)
+	as.paused = pause.Now(st.Start, timeout)
 	if p.ttl > 0 {
 		as.limit, as.valid = st.Start.Add(p.ttl-drift(cfg.driftFactor, p.ttl)), true
 	}
@@ -549,7 +549,7 @@ var errReleaseStarted = errors.New("not sent: a release of the lock started")
 // next node's time is up, or 0 when every node has voted.
 func (as *attemptState) expire(p *plan) time.Duration {
 	now := time.Now()
-	paused := pause.Since(as.paused, now)
+	paused := pause.Allowance(as.paused, now, as.timeout)
 	var next time.Duration
 	for i := range as.nodes {
 		nc := &as.nodes[i]
@@ -668,7 +668,7 @@ func (as *attemptState) sending(i int) bool {
 		why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
 	case !time.Now().Before(deadline):
 		// Late: unless this process was paused meanwhile for as long.
-		if now := time.Now(); !now.Before(deadline.Add(pause.Since(as.paused, now))) {
+		if now := time.Now(); !now.Before(deadline.Add(pause.Allowance(as.paused, now, as.timeout))) {
 			why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // stopProcess stops this whole process, every goroutine at once, for d, d
@@ -91,4 +93,91 @@ func TestPausedClientDoesNotBlameTheNodes(t *testing.T) {
 	defer mu.Unlock()
 	assert.Empty(t, failed, "Acquire and Release across 4 stops of %v", 3*timeout)
 	assert.Empty(t, timedOut, "node votes that timed out across 4 stops of %v", 3*timeout)
+}
+
+// spin keeps n goroutines busy until the test ends: a client whose own
+// goroutines take every CPU, so that its timers all run late.
+func spin(t *testing.T, n int) {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for x := 0; !stop.Load(); x++ {
+			}
+		}()
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+}
+
+// nodeTimedOut returns an Observer and the time of node i's first
+// NodeTimeoutError vote (zero until it came).
+func nodeTimedOut(i int) (*redlock.Observer, *atomic.Int64) {
+	var at atomic.Int64
+	return &redlock.Observer{Vote: func(e *redlock.NodeError) {
+		var nte *redlock.NodeTimeoutError
+		if e.Node == i && errors.As(e, &nte) {
+			at.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	}}, &at
+}
+
+// A hung node is found on a client kept busy by its own goroutines (8
+// spinning on 2 cores): its timers run late for as long as it is busy,
+// and what the pause adds to a wait is capped at 3 node timeouts. (Before
+// the cap, the busy client's lateness counted as a pause of 52-99% of the
+// time, and the watchdog waited for ever: no timeout in 30s. Before the
+// pause was measured: 179ms.)
+//
+// Not parallel: it takes every CPU.
+func TestHungNodeFoundOnABusyClient(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	obs, at := nodeTimedOut(2)
+	f := newFixture(t, redistest.Setup{Nodes: 3, Client: redistest.NoClientTimeouts},
+		redlock.WithNodeTimeout(timeout), redlock.WithRetryCount(0), redlock.WithObserver(obs))
+	warm(t, f.rl)
+	f.Nodes[2].Pause()
+	defer f.Nodes[2].Resume()
+	spin(t, 8)
+	ctx := context.Background()
+	begin := time.Now()
+	for i := 0; at.Load() == 0 && time.Since(begin) < 10*time.Second; i++ {
+		if l, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}busy%d", i)}, 10*time.Second); err == nil {
+			_, _ = l.Release(ctx)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NotZero(t, at.Load(), "node 2 (stopped) never timed out in 10s on a busy client")
+	// The bound: 4 node timeouts, and the loaded machine's scheduling.
+	assert.Less(t, time.Unix(0, at.Load()).Sub(begin), 1500*time.Millisecond, "node 2's first timeout after the first call")
+}
+
+// A hung node whose round went out just before the client was stopped for
+// 500ms times out once the client runs again: a pause is added to the
+// wait once, not again from the moment the watchdog ran late (that waited
+// the stop out twice: 1.04s).
+func TestHungNodeFoundAfterTheClientsStop(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("needs SIGSTOP")
+	}
+	const timeout, stop = 100 * time.Millisecond, 500 * time.Millisecond
+	obs, at := nodeTimedOut(2)
+	f := newFixture(t, redistest.Setup{Nodes: 3, Client: redistest.NoClientTimeouts},
+		redlock.WithNodeTimeout(timeout), redlock.WithRetryCount(0), redlock.WithObserver(obs))
+	warm(t, f.rl)
+	f.Nodes[2].Pause()
+	defer f.Nodes[2].Resume()
+	done := stopProcess(t, 40*time.Millisecond, stop)
+	begin := time.Now()
+	l, err := f.rl.Acquire(context.Background(), []string{"{redlock}stopped"}, 10*time.Second)
+	require.NoError(t, err, "Acquire with node 2 hung")
+	defer func() { _, _ = l.Release(context.Background()) }()
+	<-done
+	require.Eventually(t, func() bool { return at.Load() != 0 }, 5*time.Second, time.Millisecond, "node 2 never timed out")
+	took := time.Unix(0, at.Load()).Sub(begin)
+	require.GreaterOrEqual(t, time.Since(begin), stop, "the process was not stopped")
+	// Due at 100ms + the pause (at most 300ms), both inside the stop:
+	// found when the client runs again, at about 540ms.
+	assert.Less(t, took, stop+2*timeout+100*time.Millisecond, "node 2's timeout after the call began")
 }

@@ -492,8 +492,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 		w.t = time.AfterFunc(time.Hour, w.fire)
 		w.t.Stop()
 	}
-	w.calls, w.first, w.timeout, w.mark = calls, first, timeout, pause.Now(sent)
-	w.granted.Store(0)
+	w.calls, w.first, w.timeout, w.sent, w.mark = calls, first, timeout, sent, pause.Now(sent, timeout)
 	w.state.Store(batchRunning)
 	w.t.Reset(timeout) // what it was set to above happens before it fires
 	ask := how == bySHA && l.node.asking()
@@ -533,8 +532,8 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 //
 // The timeout counts the node's silence, not the client's: the time this
 // process was paused while the round was out (internal/pause: stopped,
-// starved of CPU, collecting garbage) is added to it, since an answer that
-// came meanwhile waits unread in the socket. Without it, a client paused
+// starved of CPU, collecting garbage) is added to it, at most 3 timeouts
+// more, since an answer that came meanwhile waits unread in the socket. Without it, a client paused
 // past the node timeout found every node silent when it ran again, and
 // opened every breaker: on a 2-core machine holding 20,000 locks, each
 // garbage collection paused the lanes 150-350ms, and most of the locks
@@ -546,22 +545,24 @@ type watchdog struct {
 	calls   []*Call
 	first   []Result
 	timeout time.Duration
-	mark    pause.Mark   // the pause measure when the round was sent
-	granted atomic.Int64 // the pause added to timeout so far (ns)
-	longer  atomic.Bool  // set before fire sets the timer again: w is not reused
+	sent    time.Time
+	mark    pause.Mark  // the pause measure when the round was sent
+	longer  atomic.Bool // set before fire sets the timer again: w is not reused
 }
 
-// fire is the round's silence, unless its answer came first or the process
-// was paused meanwhile for longer than what was added for it: then the
-// watchdog waits that much more.
+// fire is the round's silence, unless its answer came first, or its time
+// is not up yet: the timeout from when it was sent, plus the time this
+// process was paused since (pause.Allowance: at most 3 timeouts more, so
+// that a process kept busy, whose timers all run late, still finds a
+// silent node). Then the watchdog waits until it is.
 func (w *watchdog) fire() {
 	if w.state.Load() != batchRunning {
 		return
 	}
-	if p := int64(pause.Since(w.mark, time.Now())); p > w.granted.Load() {
-		more := p - w.granted.Swap(p)
+	now := time.Now()
+	if due := w.sent.Add(w.timeout + pause.Allowance(w.mark, now, w.timeout)); now.Before(due) {
 		w.longer.Store(true)
-		w.t.Reset(time.Duration(more))
+		w.t.Reset(due.Sub(now))
 		return
 	}
 	if w.state.CompareAndSwap(batchRunning, batchSilent) {

@@ -1,18 +1,22 @@
 // Package pause measures how long this process has been kept from running:
-// stopped (SIGSTOP, a VM's steal, a debugger), starved of CPU by other
-// processes, or held up by its own garbage collection. A node timeout
-// counts the node's silence, not the client's: the lanes' watchdogs and the
-// attempts' collectors add the pause that fell inside their wait (see
-// internal/lane and attempt.go), so that a client paused for 300ms does not
-// find every node silent when it runs again, with their answers waiting in
-// its sockets.
+// stopped (SIGSTOP, a VM's steal, a debugger), starved of CPU, or held up
+// by its own garbage collection. A node timeout counts the node's silence,
+// not the client's: the lanes' watchdogs and the attempts' collectors add
+// the pause that fell inside their wait (see internal/lane and attempt.go),
+// so that a client paused for 300ms does not find every node silent when
+// it runs again, with their answers waiting in its sockets.
 //
 // The measure is a timer that fires every Tick and notes how late it ran:
-// a late timer is a process that could not run it. It runs while the
-// process uses it (Since, from a lane or an attempt), and stops Linger
-// after the last use: an idle process has no timer firing. It has no
-// goroutine of its own (the timer's function runs in one of the runtime's
-// for a moment).
+// a late timer is a process that could not run it. A process kept busy by
+// its own goroutines runs its timers late too, for as long as it stays
+// busy: what a wait adds is therefore capped (Allowance), so that a silent
+// node is still found on a busy client.
+//
+// It runs while some wait may still use it (Now names how long), and stops
+// Linger after: an idle process has no timer firing. It has no goroutine
+// of its own (the timer's function runs in one of the runtime's for a
+// moment). Times are read on the monotonic clock: a step of the wall clock
+// is no pause.
 package pause
 
 import (
@@ -27,9 +31,19 @@ const (
 	// Slack is how late a timer may fire without counting: the runtime's
 	// own timer slack, and a busy but running process.
 	Slack = time.Millisecond
-	// Linger is how long the timer keeps firing after the last use.
+	// Linger is how long the timer keeps firing after the last wait that
+	// may use it.
 	Linger = time.Second
+	// MaxTimes caps what a wait adds: at most MaxTimes times the wait
+	// itself (a 100ms node timeout waits 400ms at most in all).
+	MaxTimes = 3
 )
+
+// epoch is the origin of the package's clock: times are read as the
+// monotonic time since it.
+var epoch = time.Now()
+
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
 
 // reading is the measure at the timer's last firing: the pause counted so
 // far, and when the timer is due next (0 while it is stopped). One atomic
@@ -37,46 +51,60 @@ const (
 // twice (in total and as the time past due) or not at all.
 type reading struct {
 	total int64 // ns
-	due   int64 // unix ns; 0: stopped
+	due   int64 // mono ns; 0: stopped
 }
 
 var (
-	now     atomic.Pointer[reading] // nil until the first use
-	lastUse atomic.Int64            // unix ns
+	last    atomic.Pointer[reading] // nil until the first use
+	until   atomic.Int64            // mono ns: the end of the latest wait that may use the measure
 	running atomic.Bool
-	mu      sync.Mutex // guards timer
+	mu      sync.Mutex // guards timer, and the timer's start and stop
 	timer   *time.Timer
 )
-
-// Since returns how long the process has been paused since mark, a value
-// of Mark's, as of t (now). It is never negative and never more than t's
-// distance from mark's time.
-func Since(mark Mark, t time.Time) time.Duration {
-	d := time.Duration(total(t.UnixNano()) - mark.total)
-	return max(0, min(d, t.Sub(time.Unix(0, mark.at))))
-}
 
 // Mark is the measure at one moment: what Since counts from.
 type Mark struct {
 	total int64
-	at    int64
+	at    int64 // mono ns
 }
 
-// Now starts the measure if it is not running and returns its mark as of
-// t (the caller's clock reading, taken just before).
-func Now(t time.Time) Mark {
-	ns := t.UnixNano()
-	lastUse.Store(ns)
+// Now starts the measure if it is not running, keeps it running for at
+// least the wait that follows (up to what Allowance may add to it), and
+// returns its mark as of t (the caller's clock reading, taken just
+// before).
+func Now(t time.Time, wait time.Duration) Mark {
+	ns := mono(t)
+	end := ns + int64(wait)*(1+MaxTimes)
+	for {
+		u := until.Load()
+		if u >= end || until.CompareAndSwap(u, end) {
+			break
+		}
+	}
 	if !running.Load() {
 		start(ns)
 	}
 	return Mark{total: total(ns), at: ns}
 }
 
+// Since returns how long the process has been paused since mark, as of t.
+// It is never negative, never more than the time between them, and never
+// less than it was as of an earlier t.
+func Since(mark Mark, t time.Time) time.Duration {
+	ns := mono(t)
+	return time.Duration(max(0, min(total(ns)-mark.total, ns-mark.at)))
+}
+
+// Allowance is what a wait of d from mark adds as of t: Since, at most
+// MaxTimes times d.
+func Allowance(mark Mark, t time.Time, d time.Duration) time.Duration {
+	return min(Since(mark, t), MaxTimes*d)
+}
+
 // total returns the pause counted by ns: the firings' lateness so far, and
 // the time past the timer's due time, when it is late right now.
 func total(ns int64) int64 {
-	r := now.Load()
+	r := last.Load()
 	if r == nil {
 		return 0
 	}
@@ -97,10 +125,10 @@ func start(ns int64) {
 		return
 	}
 	var t int64
-	if r := now.Load(); r != nil {
+	if r := last.Load(); r != nil {
 		t = r.total
 	}
-	now.Store(&reading{total: t, due: ns + int64(Tick)})
+	last.Store(&reading{total: t, due: ns + int64(Tick)})
 	running.Store(true)
 	if timer == nil {
 		timer = time.AfterFunc(Tick, fire)
@@ -110,28 +138,28 @@ func start(ns int64) {
 }
 
 // fire notes how late the timer ran and sets it again, or stops it when
-// the measure has not been used for Linger.
+// no wait may use the measure any more.
 func fire() {
-	ns := time.Now().UnixNano()
+	ns := mono(time.Now())
 	mu.Lock()
 	defer mu.Unlock()
-	r := now.Load()
+	r := last.Load()
 	t := r.total
 	if late := ns - r.due; late > int64(Slack) {
 		t += late
 	}
-	if ns-lastUse.Load() > int64(Linger) {
-		now.Store(&reading{total: t})
+	if ns-until.Load() > int64(Linger) {
+		last.Store(&reading{total: t})
 		running.Store(false)
-		// A use between the load above and running's store saw it
-		// running and started nothing: start again for it.
-		if ns2 := time.Now().UnixNano(); ns2-lastUse.Load() <= int64(Linger) {
-			now.Store(&reading{total: t, due: ns2 + int64(Tick)})
+		// A wait begun between the load above and running's store saw
+		// the timer running and started nothing: start again for it.
+		if ns2 := mono(time.Now()); ns2-until.Load() <= int64(Linger) {
+			last.Store(&reading{total: t, due: ns2 + int64(Tick)})
 			running.Store(true)
 			timer.Reset(Tick)
 		}
 		return
 	}
-	now.Store(&reading{total: t, due: ns + int64(Tick)})
+	last.Store(&reading{total: t, due: ns + int64(Tick)})
 	timer.Reset(Tick)
 }

@@ -29,7 +29,7 @@ func TestSinceCountsAStop(t *testing.T) {
 	}
 	const d = 300 * time.Millisecond
 	begin := time.Now()
-	m := Now(begin)
+	m := Now(begin, 100*time.Millisecond)
 	stop(t, d)
 	end := time.Now()
 	got := Since(m, end)
@@ -42,7 +42,10 @@ func TestSinceCountsAStop(t *testing.T) {
 	if again := Since(m, time.Now()); again < got {
 		t.Errorf("Since went down: %v, then %v", got, again)
 	}
-	if z := Since(Now(end), end); z != 0 {
+	if a := Allowance(m, end, 50*time.Millisecond); a != MaxTimes*50*time.Millisecond {
+		t.Errorf("Allowance of a 50ms wait after a stop of %v = %v, want its cap %v", d, a, MaxTimes*50*time.Millisecond)
+	}
+	if z := Since(Now(end, 0), end); z != 0 {
 		t.Errorf("Since(Now(t), t) = %v, want 0", z)
 	}
 }
@@ -51,7 +54,7 @@ func TestSinceCountsAStop(t *testing.T) {
 // again, keeping what it counted.
 func TestTimerStopsWhenUnused(t *testing.T) {
 	begin := time.Now()
-	Now(begin)
+	Now(begin, 0)
 	if !running.Load() {
 		t.Fatal("Now did not start the timer")
 	}
@@ -63,11 +66,27 @@ func TestTimerStopsWhenUnused(t *testing.T) {
 		time.Sleep(Tick)
 	}
 	before := total(time.Now().UnixNano())
-	m := Now(time.Now())
+	m := Now(time.Now(), 0)
 	if !running.Load() {
 		t.Fatal("Now did not start the timer again")
 	}
 	if m.total < before {
 		t.Fatalf("the measure went down when the timer started again: %v, then %v", before, m.total)
+	}
+}
+
+// A wait longer than Linger keeps the measure running to its end (and what
+// Allowance may add): a stop 1.5s into a 3s wait, with no other use of the
+// measure meanwhile, is counted.
+func TestLongWaitKeepsTheMeasure(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("needs SIGSTOP")
+	}
+	const d = 200 * time.Millisecond
+	m := Now(time.Now(), 3*time.Second)
+	time.Sleep(Linger + 500*time.Millisecond)
+	stop(t, d)
+	if got, least := Since(m, time.Now()), d-Tick-Slack; got < least {
+		t.Errorf("Since after a stop of %v, %v into a 3s wait = %v, want at least %v", d, Linger+500*time.Millisecond, got, least)
 	}
 }
