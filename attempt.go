@@ -91,7 +91,7 @@ type attemptState struct {
 	valid bool // limit is the lock's validity: no wait goes past it
 	// paused marks the start for internal/pause: the time this process
 	// was paused during the attempt is added to each node's timeout (at
-	// most 3 timeouts, and not past a validity), as a lane's watchdog adds
+	// most 4 timeouts, and not past a validity), as a lane's watchdog adds
 	// it, since an answer that came meanwhile waits unread in the socket.
 	paused  pause.Mark
 	votes   chan int // the nodes that voted, each once (its vote in nodes[i].v): room for every node, so a send never blocks

@@ -200,7 +200,7 @@ func WithAutomaticExtensionThreshold(d time.Duration) LockOption {
 // was paused meanwhile (stopped, starved of CPU, collecting garbage; a
 // timer that fires every 10ms while calls are out notes how late it runs)
 // is added to it, since an answer that came meanwhile waits unread in the
-// socket; at most 3 node timeouts more (a process kept busy runs its
+// socket; at most 4 node timeouts more (a process kept busy runs its
 // timers late for as long as it is busy, and must still find a silent
 // node), and never past the validity. After a timeout, calls to that node fail at once without being sent until
 // a probe answers (one call sent alone per node timeout), so a silent node

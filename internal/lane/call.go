@@ -31,7 +31,7 @@
 //     the later calls that ran on their keys too early (see resends).
 //  3. Done. Each call's Result goes to its Handler's Done, once.
 //  4. Silence. A watchdog fires when a batch has no answer after its node
-//     timeout, plus the time this process was paused meanwhile, at most 3
+//     timeout, plus the time this process was paused meanwhile, at most 4
 //     node timeouts more (see internal/pause: an answer that came then
 //     waits in the socket). It opens the breaker, tells each call's Handler (Silent: the
 //     call's Done follows when the client returns), fails the queued calls

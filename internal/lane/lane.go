@@ -532,7 +532,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 //
 // The timeout counts the node's silence, not the client's: the time this
 // process was paused while the round was out (internal/pause: stopped,
-// starved of CPU, collecting garbage) is added to it, at most 3 timeouts
+// starved of CPU, collecting garbage) is added to it, at most 4 timeouts
 // more, since an answer that came meanwhile waits unread in the socket. Without it, a client paused
 // past the node timeout found every node silent when it ran again, and
 // opened every breaker: on a 2-core machine holding 20,000 locks, each
@@ -552,7 +552,7 @@ type watchdog struct {
 
 // fire is the round's silence, unless its answer came first, or its time
 // is not up yet: the timeout from when it was sent, plus the time this
-// process was paused since (pause.Allowance: at most 3 timeouts more, so
+// process was paused since (pause.Allowance: at most 4 timeouts more, so
 // that a process kept busy, whose timers all run late, still finds a
 // silent node). Then the watchdog waits until it is.
 func (w *watchdog) fire() {

@@ -474,7 +474,7 @@ func (s slow) Do(_ context.Context, cmds []*driver.Cmd) {
 	}
 }
 
-// A process stopped while a round is out (for 3 node timeouts, what the
+// A process stopped while a round is out (for 3 node timeouts, within what the
 // watchdog adds at most, the answer coming during the stop) has the answer
 // on time: the watchdog, due during the stop, waits as long as the process
 // was stopped; the call is not told Silent, and the round trip the lane

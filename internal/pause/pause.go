@@ -35,8 +35,8 @@ const (
 	// may use it.
 	Linger = time.Second
 	// MaxTimes caps what a wait adds: at most MaxTimes times the wait
-	// itself (a 100ms node timeout waits 400ms at most in all).
-	MaxTimes = 3
+	// itself (a 100ms node timeout waits 500ms at most in all).
+	MaxTimes = 4
 )
 
 // epoch is the origin of the package's clock: times are read as the
