@@ -30,8 +30,10 @@
 //
 // Every call to a node is bounded by the node timeout ([WithNodeTimeout],
 // default 100ms) whether or not the client has a timeout of its own, and no
-// call outlives its context. A node that stays silent votes against, and
-// its calls fail at once, unsent, until one probe call is answered.
+// call outlives its context; a pause of this process meanwhile (a long
+// garbage collection) is added, at most 4 node timeouts more. A node that
+// stays silent votes against, and its calls fail at once, unsent, until
+// one probe call is answered.
 //
 // # How many nodes
 //
