@@ -215,7 +215,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	as := newAttemptState(n)
 	as.q, as.cfg, as.op, as.ctx, as.keys, as.raises, as.acked, as.timeout, as.deadline = q, cfg, p.op, ctx, p.res, p.raises, p.acked, timeout, st.Start.Add(timeout)
 	as.deleted, as.limit, as.abandon, as.ext = deleted, as.deadline, p.abandon, p.ext
-	as.paused = pause.Now(st.Start, timeout)
+	as.paused = pause.Now(st.Start)
+	defer pause.Done()
 	if p.ttl > 0 {
 		as.limit, as.valid = st.Start.Add(p.ttl-drift(cfg.driftFactor, p.ttl)), true
 	}
@@ -577,7 +578,7 @@ func (as *attemptState) expire(p *plan) time.Duration {
 // timedOut is node i's vote when its time is up.
 func (as *attemptState) timedOut(i int, p *plan) *NodeTimeoutError {
 	l := as.q.nodes[i].Lane(p.res[0], p.acked)
-	e := &NodeTimeoutError{Timeout: as.timeout, Cause: l.LastCause(), validity: as.timeout < as.cfg.nodeTimeout}
+	e := &NodeTimeoutError{Timeout: as.timeout, Cause: l.LastCause(), validity: as.timeout < as.cfg.nodeTimeout, Paused: pause.Since(as.paused, time.Now())}
 	if rtt := l.RoundTrip(); rtt > as.timeout {
 		e.RoundTrip = rtt
 	}
@@ -863,7 +864,7 @@ func judgeAcks(a *lane.Ack, r lane.Result) error {
 func fromLane(err error) error {
 	switch e := err.(type) {
 	case *lane.TimeoutError:
-		nte := &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause, RoundTrip: e.RoundTrip}
+		nte := &NodeTimeoutError{Timeout: e.Timeout, CircuitOpen: e.CircuitOpen, Shard: e.Shard, Cause: e.Cause, RoundTrip: e.RoundTrip, Paused: e.Paused}
 		if se, ok := e.Cause.(*lane.SetUpError); ok && !e.CircuitOpen {
 			nte.connecting, nte.Cause = true, se.Cause // the lane gave up setting up a connection
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/pause"
 	"github.com/go-redlock/redlock/internal/script"
 )
 
@@ -168,6 +169,11 @@ type NodeTimeoutError struct {
 	// WithNodeTimeout should be raised above its round trip. 0 when not
 	// known or not above.
 	RoundTrip time.Duration
+	// Paused is how long this process itself was paused while it waited
+	// (a long garbage collection, a stopped or starved process), as
+	// measured by a timer that notes how late it runs: of it, at most 4
+	// node timeouts were waited out on top of Timeout. 0 when none.
+	Paused time.Duration
 
 	validity bool // Timeout was the lock's validity (ttl − drift), shorter than the node timeout
 	setUp    bool // Timeout was the lock's validity, which passed while the lane set up a connection
@@ -204,6 +210,9 @@ func (e *NodeTimeoutError) Error() string {
 	}
 	if e.CircuitOpen {
 		fmt.Fprintf(&b, "; one call tries it again every %v", e.Timeout)
+	}
+	if e.Paused >= time.Millisecond {
+		fmt.Fprintf(&b, "; this process was paused %v meanwhile (a long garbage collection, a stopped or starved process), of which at most %d node timeouts are waited out", e.Paused.Truncate(time.Millisecond), pause.MaxTimes)
 	}
 	if e.RoundTrip > e.Timeout {
 		fmt.Fprintf(&b, "; its last answer took %v: the node's round trip is above the node timeout, raise WithNodeTimeout above it", e.RoundTrip.Truncate(time.Millisecond))

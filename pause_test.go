@@ -181,3 +181,12 @@ func TestHungNodeFoundAfterTheClientsStop(t *testing.T) {
 	// found when the client runs again, at about 540ms.
 	assert.Less(t, took, stop+2*timeout+100*time.Millisecond, "node 2's timeout after the call began")
 }
+
+// A timeout's error says how long this process was paused while it
+// waited, when it was.
+func TestNodeTimeoutSaysThePause(t *testing.T) {
+	t.Parallel()
+	e := &redlock.NodeTimeoutError{Timeout: 100 * time.Millisecond, Paused: 700 * time.Millisecond}
+	assert.Contains(t, e.Error(), "this process was paused 700ms meanwhile", "NodeTimeoutError with Paused")
+	assert.NotContains(t, (&redlock.NodeTimeoutError{Timeout: 100 * time.Millisecond}).Error(), "paused", "NodeTimeoutError without")
+}

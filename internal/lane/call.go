@@ -222,6 +222,9 @@ type TimeoutError struct {
 	// that is above Timeout: the node is farther away than the timeout
 	// allows (0 otherwise).
 	RoundTrip time.Duration
+	// Paused is how long this process was paused while the round was out
+	// (internal/pause), of which at most 4 timeouts were waited out.
+	Paused time.Duration
 }
 
 func (e *TimeoutError) Error() string {

@@ -492,7 +492,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 		w.t = time.AfterFunc(time.Hour, w.fire)
 		w.t.Stop()
 	}
-	w.calls, w.first, w.timeout, w.sent, w.mark = calls, first, timeout, sent, pause.Now(sent, timeout)
+	w.calls, w.first, w.timeout, w.sent, w.mark = calls, first, timeout, sent, pause.Now(sent)
 	w.state.Store(batchRunning)
 	w.t.Reset(timeout) // what it was set to above happens before it fires
 	ask := how == bySHA && l.node.asking()
@@ -500,11 +500,13 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	if id, answered := l.run(calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
-	// The round trip, less the time this process was paused meanwhile:
-	// what a timeout's error quotes as the node's (raise the node timeout
-	// above it) is not the client's own pause.
+	// The round trip, less the time this process was paused meanwhile (as
+	// much as the watchdog allowed for it): what a timeout's error quotes
+	// as the node's (raise the node timeout above it) is not the client's
+	// own pause.
 	now := time.Now()
-	l.learn(calls, now.Sub(sent)-pause.Since(w.mark, now))
+	l.learn(calls, now.Sub(sent)-pause.Allowance(w.mark, now, timeout))
+	pause.Done()
 	onTime := w.state.CompareAndSwap(batchRunning, batchAnswered)
 	// Stop reports true only when fire was not started, and never will be
 	// for this round: then nothing but this round holds w, and the next
@@ -566,7 +568,7 @@ func (w *watchdog) fire() {
 		return
 	}
 	if w.state.CompareAndSwap(batchRunning, batchSilent) {
-		w.l.silent(w.calls, w.first, w.timeout)
+		w.l.silent(w.calls, w.first, w.timeout, pause.Since(w.mark, now))
 	}
 }
 
@@ -577,7 +579,7 @@ func (w *watchdog) fire() {
 // It reads nothing a Call keeps that a worker writes: once the worker sees
 // the batch cut off, it may hold a Cleanup, and another worker send it
 // again (and write its result) while this still runs.
-func (l *Lane) silent(batch []*Call, first []Result, timeout time.Duration) {
+func (l *Lane) silent(batch []*Call, first []Result, timeout, paused time.Duration) {
 	l.mu.Lock()
 	l.parked++
 	l.working = false
@@ -589,7 +591,7 @@ func (l *Lane) silent(batch []*Call, first []Result, timeout time.Duration) {
 		if first != nil {
 			f = &first[i]
 		}
-		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause, RoundTrip: l.RoundTrip()}, First: f, Acks: -1, Local: -1})
+		c.H.Silent(Result{Err: &TimeoutError{Timeout: c.Timeout, Shard: l.shard, Cause: cause, RoundTrip: l.RoundTrip(), Paused: paused}, First: f, Acks: -1, Local: -1})
 	}
 	for _, c := range queued {
 		c.H.Done(Result{Err: &TimeoutError{Timeout: timeout, CircuitOpen: true, Shard: l.shard, Cause: cause}, Acks: -1, Local: -1})

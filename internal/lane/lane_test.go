@@ -497,3 +497,33 @@ func TestStoppedProcessIsNotTheNodesSilence(t *testing.T) {
 		assert.Less(t, l.RoundTrip(), 100*time.Millisecond, "the round trip learnt")
 	}
 }
+
+// A round that stays silent through a stop longer than what the watchdog
+// adds (4 node timeouts) is silent once the process runs again, and its
+// error says how long the process was paused.
+func TestSilenceThroughAStopSaysThePause(t *testing.T) {
+	g := &gate{}
+	g.close()
+	defer g.open()
+	l, _ := newLane(t, g)
+	pid := os.Getpid()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("sleep 0.005; kill -STOP %d; sleep 0.3; kill -CONT %d", pid, pid))
+	require.NoError(t, cmd.Start())
+	r := newRecorder()
+	var silent atomic.Pointer[Result]
+	h := &silentRecorder{recorder: r, silent: &silent}
+	l.Submit(&Call{Kind: Write, Keys: []string{"k"}, Timeout: base, H: h})
+	require.NoError(t, cmd.Wait())
+	require.Eventually(t, func() bool { return silent.Load() != nil }, 5*time.Second, time.Millisecond, "the round was never silent")
+	var te *TimeoutError
+	require.ErrorAs(t, silent.Load().Err, &te)
+	assert.GreaterOrEqual(t, te.Paused, 250*time.Millisecond, "the pause the silence's error names (a stop of 300ms)")
+}
+
+// silentRecorder is a recorder that keeps what Silent was told.
+type silentRecorder struct {
+	*recorder
+	silent *atomic.Pointer[Result]
+}
+
+func (s *silentRecorder) Silent(r Result) { s.silent.Store(&r) }

@@ -12,8 +12,8 @@
 // busy: what a wait adds is therefore capped (Allowance), so that a silent
 // node is still found on a busy client.
 //
-// It runs while some wait may still use it (Now names how long), and stops
-// Linger after: an idle process has no timer firing. It has no goroutine
+// It runs while some wait uses it (from Now to its Done), and stops Linger
+// after the last: an idle process has no timer firing. It has no goroutine
 // of its own (the timer's function runs in one of the runtime's for a
 // moment). Times are read on the monotonic clock: a step of the wall clock
 // is no pause.
@@ -32,7 +32,7 @@ const (
 	// own timer slack, and a busy but running process.
 	Slack = time.Millisecond
 	// Linger is how long the timer keeps firing after the last wait that
-	// may use it.
+	// used it ended.
 	Linger = time.Second
 	// MaxTimes caps what a wait adds: at most MaxTimes times the wait
 	// itself (a 100ms node timeout waits 500ms at most in all).
@@ -56,7 +56,8 @@ type reading struct {
 
 var (
 	last    atomic.Pointer[reading] // nil until the first use
-	until   atomic.Int64            // mono ns: the end of the latest wait that may use the measure
+	waits   atomic.Int64            // the waits begun (Now) and not ended (Done)
+	ended   atomic.Int64            // mono ns: when the last wait ended
 	running atomic.Bool
 	mu      sync.Mutex // guards timer, and the timer's start and stop
 	timer   *time.Timer
@@ -68,30 +69,29 @@ type Mark struct {
 	at    int64 // mono ns
 }
 
-// Now starts the measure if it is not running, keeps it running for at
-// least the wait that follows (up to what Allowance may add to it), and
-// returns its mark as of t (the caller's clock reading, taken just
-// before).
-func Now(t time.Time, wait time.Duration) Mark {
+// Now begins a wait: it starts the measure if it is not running, keeps it
+// running until the wait's Done, and returns its mark as of t (the
+// caller's clock reading, taken just before). Every Now must be followed
+// by one Done.
+func Now(t time.Time) Mark {
 	ns := mono(t)
-	end := ns + int64(wait)*(1+MaxTimes)
-	for {
-		// Written at most every Linger/2 (a busy process's calls do not
-		// all write one cache line): the timer runs Linger past until.
-		u := until.Load()
-		if u >= end-int64(Linger/2) || until.CompareAndSwap(u, end) {
-			break
-		}
-	}
+	waits.Add(1)
 	if !running.Load() {
 		start(ns)
 	}
 	return Mark{total: total(ns), at: ns}
 }
 
+// Done ends a wait begun by Now.
+func Done() {
+	ended.Store(mono(time.Now()))
+	waits.Add(-1)
+}
+
 // Since returns how long the process has been paused since mark, as of t.
-// It is never negative, never more than the time between them, and never
-// less than it was as of an earlier t.
+// It is never negative and never more than the time between them. (While
+// the timer's function runs it may read up to that function's own delay
+// less than a moment before.)
 func Since(mark Mark, t time.Time) time.Duration {
 	ns := mono(t)
 	return time.Duration(max(0, min(total(ns)-mark.total, ns-mark.at)))
@@ -139,23 +139,27 @@ func start(ns int64) {
 	}
 }
 
+// idle reports whether no wait uses the measure and the last ended over
+// Linger before ns.
+func idle(ns int64) bool { return waits.Load() <= 0 && ns-ended.Load() > int64(Linger) }
+
 // fire notes how late the timer ran and sets it again, or stops it when
-// no wait may use the measure any more.
+// no wait has used the measure for Linger.
 func fire() {
-	ns := mono(time.Now())
 	mu.Lock()
 	defer mu.Unlock()
+	ns := mono(time.Now())
 	r := last.Load()
 	t := r.total
 	if late := ns - r.due; late > int64(Slack) {
 		t += late
 	}
-	if ns-until.Load() > int64(Linger) {
+	if idle(ns) {
 		last.Store(&reading{total: t})
 		running.Store(false)
-		// A wait begun between the load above and running's store saw
+		// A wait begun between the check above and running's store saw
 		// the timer running and started nothing: start again for it.
-		if ns2 := mono(time.Now()); ns2-until.Load() <= int64(Linger) {
+		if ns2 := mono(time.Now()); !idle(ns2) {
 			last.Store(&reading{total: t, due: ns2 + int64(Tick)})
 			running.Store(true)
 			timer.Reset(Tick)

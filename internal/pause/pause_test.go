@@ -29,7 +29,8 @@ func TestSinceCountsAStop(t *testing.T) {
 	}
 	const d = 300 * time.Millisecond
 	begin := time.Now()
-	m := Now(begin, 100*time.Millisecond)
+	m := Now(begin)
+	defer Done()
 	stop(t, d)
 	end := time.Now()
 	got := Since(m, end)
@@ -45,19 +46,26 @@ func TestSinceCountsAStop(t *testing.T) {
 	if a := Allowance(m, end, 50*time.Millisecond); a != MaxTimes*50*time.Millisecond {
 		t.Errorf("Allowance of a 50ms wait after a stop of %v = %v, want its cap %v", d, a, MaxTimes*50*time.Millisecond)
 	}
-	if z := Since(Now(end, 0), end); z != 0 {
+	z := Since(Now(end), end)
+	Done()
+	if z != 0 {
 		t.Errorf("Since(Now(t), t) = %v, want 0", z)
 	}
 }
 
-// The timer stops Linger after the last use, and the next use starts it
-// again, keeping what it counted.
+// The timer runs while a wait lasts, stops Linger after the last ends, and
+// the next wait starts it again, keeping what it counted.
 func TestTimerStopsWhenUnused(t *testing.T) {
 	begin := time.Now()
-	Now(begin, 0)
+	Now(begin)
 	if !running.Load() {
 		t.Fatal("Now did not start the timer")
 	}
+	time.Sleep(Linger + 3*Tick)
+	if !running.Load() {
+		t.Fatalf("the timer stopped %v into a wait", Linger+3*Tick)
+	}
+	Done()
 	deadline := time.Now().Add(Linger + 2*time.Second)
 	for running.Load() {
 		if time.Now().After(deadline) {
@@ -66,7 +74,8 @@ func TestTimerStopsWhenUnused(t *testing.T) {
 		time.Sleep(Tick)
 	}
 	before := total(time.Now().UnixNano())
-	m := Now(time.Now(), 0)
+	m := Now(time.Now())
+	defer Done()
 	if !running.Load() {
 		t.Fatal("Now did not start the timer again")
 	}
@@ -75,18 +84,19 @@ func TestTimerStopsWhenUnused(t *testing.T) {
 	}
 }
 
-// A wait longer than Linger keeps the measure running to its end (and what
-// Allowance may add): a stop 1.5s into a 3s wait, with no other use of the
-// measure meanwhile, is counted.
+// A wait longer than Linger keeps the measure running to its end: a stop
+// 1.5s into a wait, with no other use of the measure meanwhile, is
+// counted.
 func TestLongWaitKeepsTheMeasure(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGSTOP")
 	}
 	const d = 200 * time.Millisecond
-	m := Now(time.Now(), 3*time.Second)
+	m := Now(time.Now())
+	defer Done()
 	time.Sleep(Linger + 500*time.Millisecond)
 	stop(t, d)
 	if got, least := Since(m, time.Now()), d-Tick-Slack; got < least {
-		t.Errorf("Since after a stop of %v, %v into a 3s wait = %v, want at least %v", d, Linger+500*time.Millisecond, got, least)
+		t.Errorf("Since after a stop of %v, %v into a wait = %v, want at least %v", d, Linger+500*time.Millisecond, got, least)
 	}
 }
