@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/lane"
+	"github.com/go-redlock/redlock/internal/pause"
 	"github.com/go-redlock/redlock/internal/script"
 )
 
@@ -656,6 +657,8 @@ func (r *Redlock) fanOut(ctx context.Context, cfg *config, key string, op Op, ca
 		nd.Lane(key, false).Submit(&c.Call)
 	}
 	heard := make([]bool, n)
+	wait := pause.Begin(time.Now(), cfg.nodeTimeout) // the nodes' silence, not this process's pause
+	defer wait.End()
 	timer := time.NewTimer(cfg.nodeTimeout)
 	defer timer.Stop()
 	for pending := n; pending > 0; {
@@ -673,6 +676,10 @@ func (r *Redlock) fanOut(ctx context.Context, cfg *config, key string, op Op, ca
 			}
 			late = errDecided
 		case <-timer.C:
+			if left := wait.Left(time.Now()); left > 0 {
+				timer.Reset(left)
+				continue
+			}
 			late = fmt.Errorf("no answer within the node timeout %v", cfg.nodeTimeout)
 		case <-ctx.Done():
 			late = ctx.Err()
@@ -847,20 +854,28 @@ func (r *Redlock) onNode(ctx context.Context, i int, s *script.Script, args []an
 	c := &opCall{node: i, out: answer}
 	c.Call = lane.Call{Kind: lane.Write, Hash: s.Hash, Src: s.Src, Args: args, Timeout: r.cfg.nodeTimeout, H: c}
 	nd.Lane("", false).Submit(&c.Call)
+	wait := pause.Begin(time.Now(), r.cfg.nodeTimeout) // the node's silence, not this process's pause
+	defer wait.End()
 	timer := time.NewTimer(r.cfg.nodeTimeout)
 	defer timer.Stop()
-	select {
-	case a := <-answer:
-		if a.err != nil {
-			return fail(fromLane(a.err))
+	for {
+		select {
+		case a := <-answer:
+			if a.err != nil {
+				return fail(fromLane(a.err))
+			}
+			return a
+		case <-timer.C:
+			if left := wait.Left(time.Now()); left > 0 {
+				timer.Reset(left)
+				continue
+			}
+			c.gaveUp.Store(true)
+			return fail(fmt.Errorf("no answer within the node timeout %v", r.cfg.nodeTimeout))
+		case <-ctx.Done():
+			c.gaveUp.Store(true)
+			return fail(ctx.Err())
 		}
-		return a
-	case <-timer.C:
-		c.gaveUp.Store(true)
-		return fail(fmt.Errorf("no answer within the node timeout %v", r.cfg.nodeTimeout))
-	case <-ctx.Done():
-		c.gaveUp.Store(true)
-		return fail(ctx.Err())
 	}
 }
 

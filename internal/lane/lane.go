@@ -492,7 +492,7 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 		w.t = time.AfterFunc(time.Hour, w.fire)
 		w.t.Stop()
 	}
-	w.calls, w.first, w.timeout, w.sent, w.mark = calls, first, timeout, sent, pause.Now(sent)
+	w.calls, w.first, w.timeout, w.wait = calls, first, timeout, pause.Begin(sent, timeout)
 	w.state.Store(batchRunning)
 	w.t.Reset(timeout) // what it was set to above happens before it fires
 	ask := how == bySHA && l.node.asking()
@@ -505,8 +505,9 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	// as the node's (raise the node timeout above it) is not the client's
 	// own pause.
 	now := time.Now()
-	l.learn(calls, now.Sub(sent)-pause.Allowance(w.mark, now, timeout))
-	pause.Done()
+	_, added := w.wait.Paused(now)
+	l.learn(calls, now.Sub(sent)-added)
+	w.wait.End()
 	onTime := w.state.CompareAndSwap(batchRunning, batchAnswered)
 	// Stop reports true only when fire was not started, and never will be
 	// for this round: then nothing but this round holds w, and the next
@@ -547,8 +548,7 @@ type watchdog struct {
 	calls   []*Call
 	first   []Result
 	timeout time.Duration
-	sent    time.Time
-	mark    pause.Mark  // the pause measure when the round was sent
+	wait    pause.Wait  // from when the round was sent
 	longer  atomic.Bool // set before fire sets the timer again: w is not reused
 }
 
@@ -562,13 +562,14 @@ func (w *watchdog) fire() {
 		return
 	}
 	now := time.Now()
-	if due := w.sent.Add(w.timeout + pause.Allowance(w.mark, now, w.timeout)); now.Before(due) {
+	if left := w.wait.Left(now); left > 0 {
 		w.longer.Store(true)
-		w.t.Reset(due.Sub(now))
+		w.t.Reset(left)
 		return
 	}
 	if w.state.CompareAndSwap(batchRunning, batchSilent) {
-		w.l.silent(w.calls, w.first, w.timeout, pause.Since(w.mark, now))
+		paused, _ := w.wait.Paused(now)
+		w.l.silent(w.calls, w.first, w.timeout, paused)
 	}
 }
 

@@ -169,3 +169,34 @@ func fire() {
 	last.Store(&reading{total: t, due: ns + int64(Tick)})
 	timer.Reset(Tick)
 }
+
+// Wait is a wait for a node that counts the node's silence: d from its
+// start, plus the pause since (Allowance). Begin starts one; End must
+// follow.
+type Wait struct {
+	start time.Time
+	d     time.Duration
+	mark  Mark
+}
+
+// Begin begins a wait of d at start (the caller's clock reading).
+func Begin(start time.Time, d time.Duration) Wait {
+	return Wait{start: start, d: d, mark: Now(start)}
+}
+
+// Left returns how long the wait has left as of now; 0 or less once it is
+// over.
+func (w *Wait) Left(now time.Time) time.Duration {
+	_, added := w.Paused(now)
+	return w.start.Add(w.d + added).Sub(now)
+}
+
+// Paused returns how long the process was paused in the wait, as of now,
+// and how much of it the wait adds (at most MaxTimes times d).
+func (w *Wait) Paused(now time.Time) (paused, added time.Duration) {
+	p := Since(w.mark, now)
+	return p, min(p, MaxTimes*w.d)
+}
+
+// End ends the wait.
+func (w *Wait) End() { Done() }
