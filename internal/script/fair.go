@@ -19,18 +19,30 @@ package script
 // ":" + resource.
 const HandedPrefix = "~"
 
-// fairNow is the node's time in milliseconds; fairPurge drops, from the
-// queue q and its deadlines d, the waiters whose deadline has passed.
+// fairNow is the node's time in milliseconds, read at once; fairClock
+// reads it at its first use (clock()) instead, and fairPurge, after one of
+// them, drops from the queue q and its deadlines d the waiters whose
+// deadline has passed.
 const (
 	fairNow = `local t = redis.call("time")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function clock() return now end
+`
+	fairClock = `local now
+local function clock()
+  if not now then
+    local t = redis.call("time")
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 `
 	fairPurge = `
 local function purge(q, d)
-  local gone = redis.call("zrangebyscore", d, "-inf", "(" .. now)
+  local gone = redis.call("zrangebyscore", d, "-inf", "(" .. clock())
   if #gone > 0 then
     for _, m in ipairs(gone) do redis.call("zrem", q, m) end
-    redis.call("zremrangebyscore", d, "-inf", "(" .. now)
+    redis.call("zremrangebyscore", d, "-inf", "(" .. clock())
   end
 end
 `
@@ -50,24 +62,32 @@ const (
 	// renewed, on every resource, nothing else is written, and it answers
 	// {0, the node's time in ms}: a hand-over announced with a later time
 	// came after this answer.
-	fairAcquireSrc = fairNow + fairPurge + `
+	//
+	// The clock (TIME) and the purge of lapsed waiters are read only where
+	// they decide something: a free resource's head, and a waiter queued.
+	// A head handed the resource confirms it with a GET and a PEXPIRE on
+	// each node: 3 commands with its EVALSHA (6 before: the clock, the
+	// purge and a second GET).
+	fairAcquireSrc = fairClock + fairPurge + `
 local n = #KEYS / 3
 local held = false
+local vals = {}
 for i = 1, n do
   local key, q = KEYS[i], KEYS[n + i]
-  purge(q, KEYS[2 * n + i])
   local v = redis.call("get", key)
   if v == "` + Tombstone + `" then v = false end -- force-released: free
+  vals[i] = v
   if v then
     if v ~= ARGV[1] and v ~= ARGV[6] then` + writerWaits + `held = true end
   else
+    purge(q, KEYS[2 * n + i])
     local head = redis.call("zrange", q, 0, 0)[1]
     if head and head ~= ARGV[3] then held = true end
   end
 end
 if not held then
   for i = 1, n do
-    if redis.call("get", KEYS[i]) == ARGV[6] then
+    if vals[i] == ARGV[6] then
       redis.call("pexpire", KEYS[i], ARGV[2])
     else
       redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
@@ -75,7 +95,7 @@ if not held then
   end
   return {n, 0}
 end
-local live = tonumber(ARGV[5])
+local live, now = tonumber(ARGV[5]), clock()
 for i = 1, n do
   local q, d = KEYS[n + i], KEYS[2 * n + i]
   redis.call("zadd", q, "NX", ARGV[4], ARGV[3])

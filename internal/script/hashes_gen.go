@@ -6,9 +6,9 @@ package script
 // as EVALSHA names it (see hashes.go).
 var hashes = map[uint64]string{
 	0x4f9869dc58ad9236: "b150dc1ec181170e3a0525f11cb1390aab75fad8", // FairExtend
-	0x12e9944d48d53226: "ca299a0f3104d63cc9f84d94873b7aa3e778570f", // FairAcquire
-	0xaf8297709ed88e27: "893befe2f64add93b580f2fb94ce005806027349", // FairRelease
-	0x15e2beee548060c9: "60b1223247b483b6dfdd4b7e359a4962a2947c53", // FairRenew
+	0xa9755b75176219f0: "bfe2ff4833dab62f99226db33cbbeba75771b6ec", // FairAcquire
+	0x23cccf8f8ed8dd9a: "d0ef11e41cdc9d022c3959399dda1fb07fb0e080", // FairRelease
+	0xa3b44dbe716e8b84: "9627ffa5dac2cdb97498bb98e3c4d25d64c3e3ce", // FairRenew
 	0xaeb9332a5cbeee3a: "9f0434fc05cb094a151361ad8124cda46a4c9d4d", // Scan
 	0x525f74e2248bbd3c: "29ee8eade4b0e8872111143dcacfca9c7290e87c", // Inspect
 	0x5025f7c0a17f4093: "2dfa47cb8b884ff2429a1f43d9d0ecb76d89fbce", // Force
