@@ -89,11 +89,9 @@ type attemptState struct {
 	// ttl, else the deadline (a release is bounded by the node timeout).
 	limit time.Time
 	valid bool // limit is the lock's validity: no wait goes past it
-	// paused marks the start for internal/pause: the time this process
-	// was paused during the attempt is added to each node's timeout (at
-	// most 4 timeouts, and not past a validity), as a lane's watchdog adds
-	// it, since an answer that came meanwhile waits unread in the socket.
-	paused  pause.Mark
+	// wait counts the node's silence, not this process's pauses: what it
+	// adds goes on each node's deadline (see until).
+	wait    pause.Wait
 	votes   chan int // the nodes that voted, each once (its vote in nodes[i].v): room for every node, so a send never blocks
 	nodes   []nodeCall
 	outcome atomic.Int32
@@ -215,8 +213,8 @@ func (q *quorum) attempt(ctx context.Context, cfg *config, p *plan, args []any, 
 	as := newAttemptState(n)
 	as.q, as.cfg, as.op, as.ctx, as.keys, as.raises, as.acked, as.timeout, as.deadline = q, cfg, p.op, ctx, p.res, p.raises, p.acked, timeout, st.Start.Add(timeout)
 	as.deleted, as.limit, as.abandon, as.ext = deleted, as.deadline, p.abandon, p.ext
-	as.paused = pause.Now(st.Start)
-	defer pause.Done()
+	as.wait = pause.Begin(st.Start, timeout)
+	defer as.wait.End()
 	if p.ttl > 0 {
 		as.limit, as.valid = st.Start.Add(p.ttl-drift(cfg.driftFactor, p.ttl)), true
 	}
@@ -544,27 +542,17 @@ var errReleaseStarted = errors.New("not sent: a release of the lock started")
 // connection), and what its answer does (answer).
 
 // expire votes against, with a *NodeTimeoutError, for each node whose
-// time is up: its deadline (start + timeout, plus the time its lane spent
-// setting up a connection before sending its call), or, for a node whose
-// lane is still setting one up, the limit. It returns how long until the
-// next node's time is up, or 0 when every node has voted.
+// time is up (until). It returns how long until the next node's time is
+// up, or 0 when every node has voted.
 func (as *attemptState) expire(p *plan) time.Duration {
 	now := time.Now()
-	paused := pause.Allowance(as.paused, now, as.timeout)
 	var next time.Duration
 	for i := range as.nodes {
 		nc := &as.nodes[i]
 		if nc.voted.Load() {
 			continue
 		}
-		end := as.limit
-		if !as.valid {
-			end = end.Add(paused) // a release's limit is its deadline
-		}
-		if dl := as.deadline.Add(time.Duration(nc.setUp.Load()) + paused); nc.state.Load() != callConnecting && dl.Before(end) {
-			end = dl
-		}
-		if left := end.Sub(now); left > 0 {
+		if left := as.until(nc, now).Sub(now); left > 0 {
 			if next == 0 || left < next {
 				next = left
 			}
@@ -575,10 +563,28 @@ func (as *attemptState) expire(p *plan) time.Duration {
 	return next
 }
 
+// until returns when node call nc's time is up, as of now: its deadline
+// (start + timeout, plus the time its lane spent setting up a connection
+// before sending it), or, while its lane is still setting one up, the
+// limit; each plus what the process was paused meanwhile (as.wait), never
+// past a validity.
+func (as *attemptState) until(nc *nodeCall, now time.Time) time.Time {
+	_, added := as.wait.Paused(now)
+	end := as.limit
+	if !as.valid {
+		end = end.Add(added) // the limit is the deadline
+	}
+	if dl := as.deadline.Add(time.Duration(nc.setUp.Load()) + added); nc.state.Load() != callConnecting && dl.Before(end) {
+		end = dl
+	}
+	return end
+}
+
 // timedOut is node i's vote when its time is up.
 func (as *attemptState) timedOut(i int, p *plan) *NodeTimeoutError {
 	l := as.q.nodes[i].Lane(p.res[0], p.acked)
-	e := &NodeTimeoutError{Timeout: as.timeout, Cause: l.LastCause(), validity: as.timeout < as.cfg.nodeTimeout, Paused: pause.Since(as.paused, time.Now())}
+	e := &NodeTimeoutError{Timeout: as.timeout, Cause: l.LastCause(), validity: as.timeout < as.cfg.nodeTimeout}
+	e.Paused, _ = as.wait.Paused(time.Now())
 	if rtt := l.RoundTrip(); rtt > as.timeout {
 		e.RoundTrip = rtt
 	}
@@ -633,7 +639,6 @@ func (as *attemptState) sending(i int) bool {
 		// reports a silence one node timeout after the send.)
 		nc.setUp.Store(int64(time.Since(time.Unix(0, nc.since.Load()))))
 	}
-	deadline := as.deadline.Add(time.Duration(nc.setUp.Load()))
 	switch {
 	case as.op == OpRelease:
 		return true
@@ -665,11 +670,8 @@ func (as *attemptState) sending(i int) bool {
 		return true
 	case as.ctx.Err() != nil:
 		why = as.ctx.Err()
-	case !time.Now().Before(as.limit):
-		why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
-	case !time.Now().Before(deadline):
-		// Late: unless this process was paused meanwhile for as long.
-		if now := time.Now(); !now.Before(deadline.Add(pause.Allowance(as.paused, now, as.timeout))) {
+	default:
+		if now := time.Now(); !now.Before(as.until(nc, now)) {
 			why = &NodeTimeoutError{Timeout: as.timeout, validity: as.timeout < as.cfg.nodeTimeout}
 		}
 	}

@@ -170,9 +170,8 @@ type NodeTimeoutError struct {
 	// known or not above.
 	RoundTrip time.Duration
 	// Paused is how long this process itself was paused while it waited
-	// (a long garbage collection, a stopped or starved process), as
-	// measured by a timer that notes how late it runs: of it, at most 4
-	// node timeouts were waited out on top of Timeout. 0 when none.
+	// (a long garbage collection, a stopped or starved process); at most 4
+	// node timeouts of it were waited out on top of Timeout. 0 when none.
 	Paused time.Duration
 
 	validity bool // Timeout was the lock's validity (ttl − drift), shorter than the node timeout

@@ -196,14 +196,11 @@ func WithAutomaticExtensionThreshold(d time.Duration) LockOption {
 // WithNodeTimeout sets how long one attempt waits for a node's answer; a
 // node that has not answered by then votes against, whatever the client's
 // own timeouts. For acquire and extend it is capped at the lock's validity.
-// It counts the node's silence, not this process's: the time the process
-// was paused meanwhile (stopped, starved of CPU, collecting garbage; a
-// timer that fires every 10ms while calls are out notes how late it runs)
-// is added to it, since an answer that came meanwhile waits unread in the
-// socket; at most 4 node timeouts more (a process kept busy runs its
-// timers late for as long as it is busy, and must still find a silent
-// node), and never past the validity. After a timeout, calls to that node fail at once without being sent until
-// a probe answers (one call sent alone per node timeout), so a silent node
+// It counts the node's silence, not this process's: a pause of the process
+// meanwhile (stopped, starved of CPU, collecting garbage) is added to it,
+// at most 4 node timeouts more and never past the validity. After a
+// timeout, calls to that node fail at once without being sent until a
+// probe answers (one call sent alone per node timeout), so a silent node
 // holds at most 4 of redlock's goroutines; a node's first connection is
 // waited for 5 node timeouts. It must be in [1ms, 24h]. Default: 100ms.
 func WithNodeTimeout(d time.Duration) CallOption {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -19,25 +17,6 @@ import (
 	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// stopProcess stops this whole process, every goroutine at once, for d, d
-// after it is called: what a long garbage collection, a machine short of
-// CPU or a VM's steal does to a client. A child shell sends the signals.
-// The returned channel is closed once the process runs again.
-func stopProcess(t *testing.T, after, d time.Duration) <-chan struct{} {
-	t.Helper()
-	pid := os.Getpid()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("sleep %.3f; kill -STOP %d; sleep %.3f; kill -CONT %d",
-		after.Seconds(), pid, d.Seconds(), pid))
-	require.NoError(t, cmd.Start(), "start the shell that stops this process")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() { <-done })
-	return done
-}
-
 // A client stopped for three node timeouts while its calls were out does not
 // count its own pause against the nodes: their answers, which came
 // meanwhile, wait in its sockets. Each node's vote is its answer, no node's
@@ -45,7 +24,7 @@ func stopProcess(t *testing.T, after, d time.Duration) <-chan struct{} {
 // each stop timed out the nodes whose round was out (the watchdog, due
 // during the stop, ran before the reader).
 //
-// Not parallel: it stops every test of the process.
+// Not parallel: it stops the whole process, and every test beside it.
 func TestPausedClientDoesNotBlameTheNodes(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGSTOP")
@@ -66,7 +45,7 @@ func TestPausedClientDoesNotBlameTheNodes(t *testing.T) {
 	ctx := context.Background()
 	var failed []error
 	for stop := range 4 {
-		done := stopProcess(t, 50*time.Millisecond, 3*timeout)
+		done := redistest.StopProcess(t, 50*time.Millisecond, 3*timeout)
 		var gap time.Duration // the longest time between two calls' ends: the stop
 		last := time.Now()
 		for running := true; running; {
@@ -157,6 +136,8 @@ func TestHungNodeFoundOnABusyClient(t *testing.T) {
 // 500ms times out once the client runs again: a pause is added to the
 // wait once, not again from the moment the watchdog ran late (that waited
 // the stop out twice: 1.04s).
+//
+// Not parallel: it stops the whole process, and every test beside it.
 func TestHungNodeFoundAfterTheClientsStop(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGSTOP")
@@ -168,7 +149,7 @@ func TestHungNodeFoundAfterTheClientsStop(t *testing.T) {
 	warm(t, f.rl)
 	f.Nodes[2].Pause()
 	defer f.Nodes[2].Resume()
-	done := stopProcess(t, 40*time.Millisecond, stop)
+	done := redistest.StopProcess(t, 40*time.Millisecond, stop)
 	begin := time.Now()
 	l, err := f.rl.Acquire(context.Background(), []string{"{redlock}stopped"}, 10*time.Second)
 	require.NoError(t, err, "Acquire with node 2 hung")

@@ -31,9 +31,8 @@
 //     the later calls that ran on their keys too early (see resends).
 //  3. Done. Each call's Result goes to its Handler's Done, once.
 //  4. Silence. A watchdog fires when a batch has no answer after its node
-//     timeout, plus the time this process was paused meanwhile, at most 4
-//     node timeouts more (see internal/pause: an answer that came then
-//     waits in the socket). It opens the breaker, tells each call's Handler (Silent: the
+//     timeout, a pause of this process's own not counted (pause.Wait). It
+//     opens the breaker, tells each call's Handler (Silent: the
 //     call's Done follows when the client returns), fails the queued calls
 //     (a release is held instead, and sent again as soon as the node answers
 //     anything: a slow node still gets its releases), and detaches the
@@ -223,7 +222,7 @@ type TimeoutError struct {
 	// allows (0 otherwise).
 	RoundTrip time.Duration
 	// Paused is how long this process was paused while the round was out
-	// (internal/pause), of which at most 4 timeouts were waited out.
+	// (pause.Wait).
 	Paused time.Duration
 }
 

@@ -80,7 +80,7 @@ type Lane struct {
 	// ManyRetry, at the cost of one refused call.
 	manyOff time.Time
 	// rtt is how long the last answered round took (ns), late ones
-	// included, less the time this process was paused meanwhile: what a
+	// included, less a pause of the process's own (see round): what a
 	// timeout's error quotes when it is above the timeout.
 	rtt atomic.Int64
 	// dog is the watchdog of the lane's last round answered in time, idle,
@@ -500,10 +500,8 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 	if id, answered := l.run(calls, ask); answered {
 		l.node.servers.identified(l.node, id)
 	}
-	// The round trip, less the time this process was paused meanwhile (as
-	// much as the watchdog allowed for it): what a timeout's error quotes
-	// as the node's (raise the node timeout above it) is not the client's
-	// own pause.
+	// The round trip less what the wait allowed for a pause: a timeout's
+	// error quotes it as the node's.
 	now := time.Now()
 	_, added := w.wait.Paused(now)
 	l.learn(calls, now.Sub(sent)-added)
@@ -533,14 +531,9 @@ func (l *Lane) round(calls []*Call, timeout time.Duration, how evalBy, first []R
 // next round reuses (see round): an uncontended lane makes no timer per
 // round.
 //
-// The timeout counts the node's silence, not the client's: the time this
-// process was paused while the round was out (internal/pause: stopped,
-// starved of CPU, collecting garbage) is added to it, at most 4 timeouts
-// more, since an answer that came meanwhile waits unread in the socket. Without it, a client paused
-// past the node timeout found every node silent when it ran again, and
-// opened every breaker: on a 2-core machine holding 20,000 locks, each
-// garbage collection paused the lanes 150-350ms, and most of the locks
-// were lost (benchmarks/README.md).
+// The timeout counts the node's silence, not the client's (a pause.Wait):
+// an answer that came while this process was paused waits unread in the
+// socket.
 type watchdog struct {
 	l       *Lane
 	t       *time.Timer // runs fire
@@ -552,11 +545,8 @@ type watchdog struct {
 	longer  atomic.Bool // set before fire sets the timer again: w is not reused
 }
 
-// fire is the round's silence, unless its answer came first, or its time
-// is not up yet: the timeout from when it was sent, plus the time this
-// process was paused since (pause.Allowance: at most 4 timeouts more, so
-// that a process kept busy, whose timers all run late, still finds a
-// silent node). Then the watchdog waits until it is.
+// fire is the round's silence, unless its answer came first or its wait
+// has time left (a pause of the process's own): then it fires again then.
 func (w *watchdog) fire() {
 	if w.state.Load() != batchRunning {
 		return

@@ -3,9 +3,6 @@ package lane
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/go-redlock/redlock/driver"
 	"github.com/go-redlock/redlock/internal/flight"
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
 // gate is a fake server: while shut, every round trip waits until it is
@@ -480,16 +478,16 @@ func (s slow) Do(_ context.Context, cmds []*driver.Cmd) {
 // was stopped; the call is not told Silent, and the round trip the lane
 // learnt is the node's, not the stop's. Before, the watchdog ran first
 // when the process ran again, and the node looked silent.
+//
+// Not parallel: it stops the whole process.
 func TestStoppedProcessIsNotTheNodesSilence(t *testing.T) {
 	l, _ := newLane(t, slow{delay: 40 * time.Millisecond})
-	pid := os.Getpid()
 	for range 3 {
-		cmd := exec.Command("sh", "-c", fmt.Sprintf("sleep 0.005; kill -STOP %d; sleep 0.15; kill -CONT %d", pid, pid))
-		require.NoError(t, cmd.Start())
+		stopped := redistest.StopProcess(t, 5*time.Millisecond, 150*time.Millisecond)
 		begin := time.Now()
 		r := submit(l, Write)
 		res := r.result(t)
-		require.NoError(t, cmd.Wait())
+		<-stopped
 		require.GreaterOrEqual(t, time.Since(begin), 120*time.Millisecond, "the process was not stopped while the round was out")
 		assert.NoError(t, res.Err, "the call's answer")
 		assert.False(t, res.Late, "the answer came late")
@@ -500,20 +498,19 @@ func TestStoppedProcessIsNotTheNodesSilence(t *testing.T) {
 
 // A round that stays silent through a stop longer than what the watchdog
 // adds (4 node timeouts) is silent once the process runs again, and its
-// error says how long the process was paused.
+// error says how long the process was paused. Not parallel: it stops the
+// whole process.
 func TestSilenceThroughAStopSaysThePause(t *testing.T) {
 	g := &gate{}
 	g.close()
 	defer g.open()
 	l, _ := newLane(t, g)
-	pid := os.Getpid()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("sleep 0.005; kill -STOP %d; sleep 0.3; kill -CONT %d", pid, pid))
-	require.NoError(t, cmd.Start())
+	stopped := redistest.StopProcess(t, 5*time.Millisecond, 300*time.Millisecond)
 	r := newRecorder()
 	var silent atomic.Pointer[Result]
 	h := &silentRecorder{recorder: r, silent: &silent}
 	l.Submit(&Call{Kind: Write, Keys: []string{"k"}, Timeout: base, H: h})
-	require.NoError(t, cmd.Wait())
+	<-stopped
 	require.Eventually(t, func() bool { return silent.Load() != nil }, 5*time.Second, time.Millisecond, "the round was never silent")
 	var te *TimeoutError
 	require.ErrorAs(t, silent.Load().Err, &te)

@@ -1,102 +1,92 @@
 package pause
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/redistest"
 )
 
-// stop stops this process for d, from a child shell, and returns once it
-// runs again.
-func stop(t *testing.T, d time.Duration) {
-	t.Helper()
-	pid := os.Getpid()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", pid, d.Seconds(), pid))
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("the shell that stops this process: %v", err)
-	}
-}
+// The tests of this package are not parallel: each stops the whole process
+// or counts on no other wait being open.
 
-// A process stopped for 300ms has been paused that long, less at most a
-// tick and the slack; and the pause never exceeds the time that passed,
-// nor shrinks.
-func TestSinceCountsAStop(t *testing.T) {
+// A process stopped for 300ms during a wait was paused that long, less at
+// most a tick and the slack; never more than the time that passed; and
+// the wait adds at most MaxTimes times its length, and has that much left.
+func TestWaitCountsAStop(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGSTOP")
 	}
-	const d = 300 * time.Millisecond
+	const d, stop = 50 * time.Millisecond, 300 * time.Millisecond
 	begin := time.Now()
-	m := Now(begin)
-	defer Done()
-	stop(t, d)
+	w := Begin(begin, d)
+	defer w.End()
+	<-redistest.StopProcess(t, 0, stop)
 	end := time.Now()
-	got := Since(m, end)
-	if least := d - Tick - Slack; got < least {
-		t.Errorf("Since after a stop of %v = %v, want at least %v", d, got, least)
+	paused, added := w.Paused(end)
+	if least := stop - Tick - Slack; paused < least {
+		t.Errorf("Paused after a stop of %v = %v, want at least %v", stop, paused, least)
 	}
-	if got > end.Sub(begin) {
-		t.Errorf("Since = %v, more than the %v that passed", got, end.Sub(begin))
+	if paused > end.Sub(begin) {
+		t.Errorf("Paused = %v, more than the %v that passed", paused, end.Sub(begin))
 	}
-	if again := Since(m, time.Now()); again < got {
-		t.Errorf("Since went down: %v, then %v", got, again)
+	if added != MaxTimes*d {
+		t.Errorf("added of a %v wait after a stop of %v = %v, want its cap %v", d, stop, added, MaxTimes*d)
 	}
-	if a := Allowance(m, end, 50*time.Millisecond); a != MaxTimes*50*time.Millisecond {
-		t.Errorf("Allowance of a 50ms wait after a stop of %v = %v, want its cap %v", d, a, MaxTimes*50*time.Millisecond)
+	if want := begin.Add(d + added).Sub(end); w.Left(end) != want {
+		t.Errorf("Left = %v, want %v", w.Left(end), want)
 	}
-	z := Since(Now(end), end)
-	Done()
-	if z != 0 {
-		t.Errorf("Since(Now(t), t) = %v, want 0", z)
+	other := Begin(end, d)
+	defer other.End()
+	if p, _ := other.Paused(end); p != 0 {
+		t.Errorf("Paused at a wait's own start = %v, want 0", p)
 	}
 }
 
-// The timer runs while a wait lasts, stops Linger after the last ends, and
-// the next wait starts it again, keeping what it counted.
-func TestTimerStopsWhenUnused(t *testing.T) {
+// The timer runs while a wait is open, stops Linger after the last ends,
+// and the next wait starts it again, keeping what it counted.
+func TestTimerStopsWhenNoWaitIsOpen(t *testing.T) {
 	begin := time.Now()
-	Now(begin)
+	w := Begin(begin, time.Millisecond)
 	if !running.Load() {
-		t.Fatal("Now did not start the timer")
+		t.Fatal("Begin did not start the timer")
 	}
 	time.Sleep(Linger + 3*Tick)
 	if !running.Load() {
-		t.Fatalf("the timer stopped %v into a wait", Linger+3*Tick)
+		t.Fatalf("the timer stopped %v into an open wait", Linger+3*Tick)
 	}
-	Done()
+	w.End()
 	deadline := time.Now().Add(Linger + 2*time.Second)
 	for running.Load() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the timer still runs %v after its last use", time.Since(begin))
+			t.Fatalf("the timer still runs %v after the last wait ended", time.Since(begin))
 		}
 		time.Sleep(Tick)
 	}
-	before := total(time.Now().UnixNano())
-	m := Now(time.Now())
-	defer Done()
+	before := total(mono(time.Now()))
+	again := Begin(time.Now(), time.Millisecond)
+	defer again.End()
 	if !running.Load() {
-		t.Fatal("Now did not start the timer again")
+		t.Fatal("Begin did not start the timer again")
 	}
-	if m.total < before {
-		t.Fatalf("the measure went down when the timer started again: %v, then %v", before, m.total)
+	if again.total < before {
+		t.Fatalf("the measure went down when the timer started again: %v, then %v", before, again.total)
 	}
 }
 
-// A wait longer than Linger keeps the measure running to its end: a stop
-// 1.5s into a wait, with no other use of the measure meanwhile, is
-// counted.
+// A wait open longer than Linger keeps the measure running: a stop 1.5s
+// into it, with no other wait meanwhile, is counted.
 func TestLongWaitKeepsTheMeasure(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGSTOP")
 	}
-	const d = 200 * time.Millisecond
-	m := Now(time.Now())
-	defer Done()
+	const stop = 200 * time.Millisecond
+	w := Begin(time.Now(), 3*time.Second)
+	defer w.End()
 	time.Sleep(Linger + 500*time.Millisecond)
-	stop(t, d)
-	if got, least := Since(m, time.Now()), d-Tick-Slack; got < least {
-		t.Errorf("Since after a stop of %v, %v into a wait = %v, want at least %v", d, Linger+500*time.Millisecond, got, least)
+	<-redistest.StopProcess(t, 0, stop)
+	if got, _ := w.Paused(time.Now()); got < stop-Tick-Slack {
+		t.Errorf("Paused after a stop of %v, %v into a wait = %v, want at least %v", stop, Linger+500*time.Millisecond, got, stop-Tick-Slack)
 	}
 }

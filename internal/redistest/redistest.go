@@ -342,3 +342,25 @@ func StartCluster(tb testing.TB, n int) []*Node {
 	}
 	return nodes
 }
+
+// StopProcess stops this test process, every goroutine at once, for d,
+// starting after (as a long garbage collection, a machine short of CPU or
+// a VM's steal stops a client): a child shell sends SIGSTOP and SIGCONT.
+// The returned channel is closed once the process runs again. A test that
+// calls it stops every test beside it: it must not run in parallel.
+func StopProcess(tb testing.TB, after, d time.Duration) <-chan struct{} {
+	tb.Helper()
+	pid := os.Getpid()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("sleep %.3f; kill -STOP %d; sleep %.3f; kill -CONT %d",
+		after.Seconds(), pid, d.Seconds(), pid))
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("redistest: start the shell that stops this process: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cmd.Wait()
+	}()
+	tb.Cleanup(func() { <-done })
+	return done
+}

@@ -65,9 +65,7 @@ const (
 	//
 	// The clock (TIME) and the purge of lapsed waiters are read only where
 	// they decide something: a free resource's head, and a waiter queued.
-	// A head handed the resource confirms it with a GET and a PEXPIRE on
-	// each node: 3 commands with its EVALSHA (6 before: the clock, the
-	// purge and a second GET).
+	// A head handed the resource confirms it with a GET and a PEXPIRE.
 	fairAcquireSrc = fairClock + fairPurge + `
 local n = #KEYS / 3
 local held = false
