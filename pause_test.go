@@ -171,3 +171,69 @@ func TestNodeTimeoutSaysThePause(t *testing.T) {
 	assert.Contains(t, e.Error(), "this process was paused 700ms meanwhile", "NodeTimeoutError with Paused")
 	assert.NotContains(t, (&redlock.NodeTimeoutError{Timeout: 100 * time.Millisecond}).Error(), "paused", "NodeTimeoutError without")
 }
+
+// A client whose run queue is long (a burst of goroutines made runnable at
+// once: thousands of Using calls whose fn returns together, and their
+// releases) does not blame the nodes either: their answers wait in its
+// sockets while its reading goroutines wait their turn, and a timer's
+// goroutine, which the runtime runs ahead of them, must not find the node
+// silent meanwhile. Each round here spawns 30,000 goroutines of about
+// 20µs of work each (about 300ms of queue on 2 cores) while 16 goroutines
+// acquire and release.
+//
+// Not parallel: it takes every CPU.
+func TestLongRunQueueDoesNotBlameTheNodes(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	var mu sync.Mutex
+	var timedOut []error
+	obs := &redlock.Observer{Vote: func(e *redlock.NodeError) {
+		var nte *redlock.NodeTimeoutError
+		if errors.As(e, &nte) {
+			mu.Lock()
+			timedOut = append(timedOut, e)
+			mu.Unlock()
+		}
+	}}
+	f := newNodes(t, 3, redlock.WithNodeTimeout(timeout), redlock.WithObserver(obs))
+	warm(t, f.rl)
+	ctx := context.Background()
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	for round := range 4 {
+		var stop atomic.Bool
+		var callers sync.WaitGroup
+		for g := range 16 {
+			callers.Add(1)
+			go func() {
+				defer callers.Done()
+				for i := 0; !stop.Load(); i++ {
+					lock, err := f.rl.Acquire(ctx, []string{fmt.Sprintf("{redlock}queue%d.%d.%d", round, g, i)}, time.Minute)
+					if err == nil {
+						_, err = lock.Release(ctx)
+					}
+					if err != nil && failed.Add(1) == 1 {
+						firstErr.Store(err)
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		var burst sync.WaitGroup
+		for range 30000 {
+			burst.Add(1)
+			go func() {
+				defer burst.Done()
+				for end := time.Now().Add(20 * time.Microsecond); time.Now().Before(end); {
+				}
+			}()
+		}
+		burst.Wait()
+		time.Sleep(20 * time.Millisecond)
+		stop.Store(true)
+		callers.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, failed.Load(), "Acquire and Release beside 4 bursts: the first failure: %v", firstErr.Load())
+	assert.Empty(t, timedOut[:min(3, len(timedOut))], "node votes that timed out beside 4 bursts of 30,000 goroutines: %d, the first 3 shown", len(timedOut))
+}
