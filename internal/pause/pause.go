@@ -7,10 +7,7 @@
 // when it runs again, with their answers waiting in its sockets.
 //
 // The measure is a timer that fires every Tick and notes how late it ran:
-// a late timer is a process that could not run it. Its goroutine yields
-// first, and so runs when one made runnable then would (the runtime runs a
-// timer's ahead of the queue): a run queue too long to reach a lane's
-// reader, whose answer came, counts as a pause too. A process kept busy by
+// a late timer is a process that could not run it. A process kept busy by
 // its own goroutines runs its timers late too, for as long as it stays
 // busy: what a wait adds is therefore capped (MaxTimes), so that a silent
 // node is still found on a busy client.
@@ -23,7 +20,6 @@
 package pause
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,8 +142,6 @@ func startTimer(ns int64) {
 // wait has been open for Linger. (It, not End, reads the clock for that:
 // a wait costs two atomic adds.)
 func fire() {
-	// Yielded first: see the package doc.
-	runtime.Gosched()
 	mu.Lock()
 	defer mu.Unlock()
 	ns := mono(time.Now())
