@@ -676,8 +676,7 @@ func (r *Redlock) fanOut(ctx context.Context, cfg *config, key string, op Op, ca
 			}
 			late = errDecided
 		case <-timer.C:
-			if left := wait.Left(time.Now()); left > 0 {
-				timer.Reset(left)
+			if !wait.Due(timer, time.Now()) {
 				continue
 			}
 			late = fmt.Errorf("no answer within the node timeout %v", cfg.nodeTimeout)
@@ -866,8 +865,7 @@ func (r *Redlock) onNode(ctx context.Context, i int, s *script.Script, args []an
 			}
 			return a
 		case <-timer.C:
-			if left := wait.Left(time.Now()); left > 0 {
-				timer.Reset(left)
+			if !wait.Due(timer, time.Now()) {
 				continue
 			}
 			c.gaveUp.Store(true)

@@ -542,7 +542,7 @@ type watchdog struct {
 	first   []Result
 	timeout time.Duration
 	wait    pause.Wait  // from when the round was sent
-	longer  atomic.Bool // set before fire sets the timer again: w is not reused
+	longer  atomic.Bool // set once fire ran: w is not reused (its timer may be set again)
 }
 
 // fire is the round's silence, unless its answer came first or its wait
@@ -551,10 +551,11 @@ func (w *watchdog) fire() {
 	if w.state.Load() != batchRunning {
 		return
 	}
+	// Set first: a watchdog whose timer may fire again is not reused
+	// (one that is due is not either: its round is not on time).
+	w.longer.Store(true)
 	now := time.Now()
-	if left := w.wait.Left(now); left > 0 {
-		w.longer.Store(true)
-		w.t.Reset(left)
+	if !w.wait.Due(w.t, now) {
 		return
 	}
 	if w.state.CompareAndSwap(batchRunning, batchSilent) {

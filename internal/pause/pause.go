@@ -92,6 +92,17 @@ func (w *Wait) Left(now time.Time) time.Duration {
 	return w.start.Add(w.d + added).Sub(now)
 }
 
+// Due reports whether the wait is over as of now; when it is not, it sets
+// t (the caller's timer, fired) to fire when it may be: a timer's wait for
+// a node, made longer by a pause.
+func (w *Wait) Due(t *time.Timer, now time.Time) bool {
+	if left := w.Left(now); left > 0 {
+		t.Reset(left)
+		return false
+	}
+	return true
+}
+
 // Paused returns how long the process was paused in the wait as of now
 // (never more than the time since its start), and how much of it the wait
 // adds: at most MaxTimes times d.
@@ -156,16 +167,14 @@ func fire() {
 	if ns-busy > int64(Linger) {
 		last.Store(&reading{total: t})
 		running.Store(false)
-		// A wait begun between the check above and running's store saw
-		// the timer running and started nothing: start again for it.
-		if open.Load() > 0 {
-			ns = mono(time.Now())
-			busy = ns
-			last.Store(&reading{total: t, due: ns + int64(Tick)})
-			running.Store(true)
-			timer.Reset(Tick)
+		if open.Load() == 0 {
+			return
 		}
-		return
+		// A wait begun between the check above and running's store saw
+		// the timer running and started nothing: go on for it.
+		ns = mono(time.Now())
+		busy = ns
+		running.Store(true)
 	}
 	last.Store(&reading{total: t, due: ns + int64(Tick)})
 	timer.Reset(Tick)
