@@ -513,10 +513,12 @@ func TestFairSplitBetweenQuietWaitersEnds(t *testing.T) {
 		return v
 	}
 	time.Sleep(20 * time.Millisecond)
-	// A's place on any node: each of A's lanes comes back on its own
-	// after the partition, and a quorum without node 0 is enough for A
-	// (under load node 0's queue never had 4 in 1 of 12 runs beside other
-	// suites); and A's place, not the queue's length.
+	// A's place on any node, not node 0's queue's length: B, C or D may
+	// leave it first, and A may queue on a quorum without node 0. A's
+	// coming back is the scenario, not the guarantee (the split ends,
+	// below): after the partition A sets its connections up again, which
+	// took over 2s under CI's load (3 CI runs of about 20; its cause is
+	// not found: docs/test-runs.md).
 	back := func() bool {
 		for _, p := range f.Peek {
 			for _, w := range p.ZRange(ctx, fairQueue(key), 0, -1).Val() {
@@ -527,7 +529,7 @@ func TestFairSplitBetweenQuietWaitersEnds(t *testing.T) {
 		}
 		return false
 	}
-	require.Eventually(t, back, 2*time.Second, time.Millisecond, "A queued again")
+	require.Eventually(t, back, 5*time.Second, time.Millisecond, "A queued again")
 	t.Logf("A queued again %v after the release; queue heads %v %v %v", time.Since(released), f.Peek[0].ZRange(ctx, fairQueue(key), 0, 0).Val(), f.Peek[1].ZRange(ctx, fairQueue(key), 0, 0).Val(), f.Peek[2].ZRange(ctx, fairQueue(key), 0, 0).Val())
 	var hs []string
 	for _, v := range f.holders(t, key) {
